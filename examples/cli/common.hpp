@@ -1,0 +1,127 @@
+// examples/cli/common.hpp: what every subcommand of the reshard program shares: the shape of a
+// subcommand, reading layout arguments (inline JSON or @file) and printing helpers.
+#pragma once
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "reshard.hpp"
+#include "reshard/ext/json.hpp"
+
+namespace reshard::cli {
+
+/// One subcommand: its CLI11 app (options registered on it) and what to do when it was given.
+/// To add a subcommand, write `command add_<name>_command(CLI::App&)` in <name>_command.hpp and
+/// list it in reshard.cpp. `run` throws reshard::error on bad input.
+struct command {
+  CLI::App* app = nullptr;
+  std::function<void()> run;
+};
+
+/// The text of an argument that is inline text or `@path` (`@-` = standard input).
+inline std::string read_argument(const std::string& value, const std::string& option) {
+  if (value.empty() || value[0] != '@') return value;
+  const std::string path = value.substr(1);
+  std::FILE* f = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
+  if (!f) report_error(option + ": cannot read file '" + path + "': " + std::strerror(errno));
+  std::string text;
+  char buf[65536];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  if (f != stdin) std::fclose(f);
+  if (failed) report_error(option + ": cannot read file '" + path + "': " + std::strerror(err));
+  return text;
+}
+
+/// A layout option's value (inline JSON or @file.json) parsed; errors name the option (and file).
+inline layout read_layout(const std::string& value, const std::string& option) {
+  const std::string what = value.rfind('@', 0) == 0 ? option + " " + value : option;
+  return layout_from_json_text(read_argument(value, option), what);
+}
+
+/// JSON for people and programs alike: the top-level object one key a line, the elements of
+/// its arrays of objects or arrays one a line, everything else compact.
+inline void print_json(std::ostream& out, const nlohmann::json& j) {
+  if (!j.is_object()) {
+    out << j.dump() << '\n';
+    return;
+  }
+  out << "{\n";
+  std::size_t k = 0;
+  for (const auto& item : j.items()) {
+    out << "  " << nlohmann::json(item.key()).dump() << ": ";
+    const auto& v = item.value();
+    const bool nested = v.is_array() && !v.empty() && (v[0].is_object() || v[0].is_array());
+    if (nested) {
+      out << "[\n";
+      for (std::size_t i = 0; i < v.size(); ++i)
+        out << "    " << v[i].dump() << (i + 1 < v.size() ? ",\n" : "\n");
+      out << "  ]";
+    } else {
+      out << v.dump();
+    }
+    out << (++k < j.size() ? ",\n" : "\n");
+  }
+  out << "}\n";
+}
+
+/// `802816 B (784 KiB)`: exact bytes, and a rounded binary unit when that helps.
+inline std::string format_bytes(double bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, bytes == static_cast<double>(static_cast<long long>(bytes))
+                                     ? "%.0f B" : "%.1f B", bytes);
+  std::string s = buf;
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = bytes;
+  int u = -1;
+  while (v >= 1024 && u < 5) v /= 1024, ++u;
+  if (u >= 0) {
+    std::snprintf(buf, sizeof buf, " (%.1f %s)", v, units[u]);
+    std::string r = buf;
+    const auto dot = r.find(".0 ");
+    if (dot != std::string::npos) r.erase(dot, 2);
+    s += r;
+  }
+  return s;
+}
+
+/// Ranks as ranges: `0-3,8,10-11`.
+inline std::string format_ranks(const std::vector<index_t>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ',';
+    s += std::to_string(ranks[i]);
+    if (j > i) s += (j == i + 1 ? "," : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+/// Left-pads `s` to `width` columns.
+inline std::string pad_left(const std::string& s, std::size_t width) {
+  return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+/// Right-pads `s` to `width` columns.
+inline std::string pad_right(const std::string& s, std::size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+inline constexpr const char* layout_help =
+    "as JSON, inline or @file.json (@- = stdin): "
+    "{\"dev_matrix\":[2,4],\"tensor_map\":[1,-1],\"shape\":[8,4]} plus optional "
+    "\"opt_shard\":{\"step\":s,\"size\":n}, \"stage\":k, \"split\":\"divisible|chunk|balanced\", "
+    "\"split_sizes\":[..]";
+
+}  // namespace reshard::cli

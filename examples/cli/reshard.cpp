@@ -1,0 +1,66 @@
+// examples/cli/reshard.cpp: the command-line program `reshard`. Thin: parse arguments, call the
+// library, print. Each subcommand lives in examples/cli/<name>_command.hpp.
+//
+// Exit codes: 0 success; 1 bad input (a layout, a file, an impossible request); 2 usage (unknown
+// option, missing option, bad option value); 3 internal error (a bug: please report it).
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "layout_command.hpp"
+#include "plan_command.hpp"
+#include "reshard/version.hpp"
+
+
+int main(int argc, char** argv) {
+  using namespace reshard;
+  CLI::App app{"reshard: layouts of distributed tensors and minimal redistribution plans "
+               "(MindSpore, DTensor and JAX layouts; any number of ranks M -> N)",
+               "reshard"};
+  app.set_version_flag("--version", std::string("reshard ") + RESHARD_VERSION_STRING);
+  app.require_subcommand(1);
+  app.footer("Run 'reshard <subcommand> --help' for the options of a subcommand.");
+
+  const std::vector<cli::command> commands{
+      cli::add_layout_command(app),
+      cli::add_plan_command(app),
+  };
+
+  // "reshard plan" when a subcommand was given, for messages
+  const auto prog = [&app] {
+    const auto subs = app.get_subcommands();
+    return subs.empty() ? std::string("reshard") : "reshard " + subs.front()->get_name();
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::string message = e.what();
+    if (app.get_subcommands().empty() && dynamic_cast<const CLI::RequiredError*>(&e)) {
+      std::string names;
+      for (const auto& c : commands) names += (names.empty() ? "" : ", ") + c.app->get_name();
+      if (argc > 1 && argv[1][0] != '-')
+        message = std::string("unknown subcommand '") + argv[1] + "' (valid: " + names + ")";
+      else if (argc > 1)
+        message = std::string("unknown option '") + argv[1] + "'; a subcommand is required: " +
+                  names;
+      else
+        message = "a subcommand is required: " + names;
+    }
+    std::cerr << prog() << ": " << message << " (see '" << prog() << " --help')\n";
+    return 2;
+  }
+  try {
+    for (const auto& c : commands)
+      if (c.app->parsed()) c.run();
+  } catch (const reshard::error& e) {
+    std::cerr << prog() << ": " << e.what() << '\n';
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << prog() << ": internal error (please report it): " << e.what() << '\n';
+    return 3;
+  }
+  return 0;
+}

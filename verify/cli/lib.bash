@@ -1,0 +1,80 @@
+# verify/cli/lib.bash: helpers sourced by the tests of the reshard program (verify/cli/*.sh).
+# $RESHARD is the program; results are counted and summarised by `finish`.
+: "${RESHARD:?set RESHARD to the path of the reshard program}"
+PY=${RESHARD_TEST_PY:-/usr/bin/python3}
+passed=0
+failed=0
+
+pass() { passed=$((passed + 1)); }
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL: $1" >&2
+  shift
+  for line in "$@"; do echo "  $line" >&2; done
+}
+
+# run ARGS...: runs $RESHARD, setting $out, $err and $rc (never aborts the script).
+run() {
+  local e
+  e=$(mktemp)
+  if out=$("$RESHARD" "$@" 2>"$e"); then rc=0; else rc=$?; fi
+  err=$(cat "$e")
+  rm -f "$e"
+}
+
+# expect_json NAME PYTHON-EXPR ARGS...: the program succeeds, prints JSON, and EXPR (over the
+# parsed JSON `j`) is true.
+expect_json() {
+  local name=$1 expr=$2
+  shift 2
+  run "$@"
+  if [[ $rc -ne 0 ]]; then
+    fail "$name" "exit code $rc" "stderr: $err"
+    return
+  fi
+  if printf '%s' "$out" | "$PY" -c "import json,sys; j=json.load(sys.stdin); sys.exit(0 if ($expr) else 1)" 2>/dev/null; then
+    pass
+  else
+    fail "$name" "not true: $expr" "output: $out"
+  fi
+}
+
+# expect_text NAME REGEX ARGS...: the program succeeds and its output matches REGEX (grep -E).
+expect_text() {
+  local name=$1 re=$2
+  shift 2
+  run "$@"
+  if [[ $rc -eq 0 ]] && grep -qE -- "$re" <<<"$out"; then
+    pass
+  else
+    fail "$name" "exit code $rc, output does not match /$re/" "stdout: $out" "stderr: $err"
+  fi
+}
+
+# expect_error NAME CODE TEXT ARGS...: the program exits with CODE, prints nothing on stdout and
+# exactly one line on stderr that contains TEXT (fixed string), and no crash report.
+expect_error() {
+  local name=$1 code=$2 text=$3
+  shift 3
+  run "$@"
+  local lines
+  lines=$(printf '%s\n' "$err" | grep -c .) || true
+  if [[ $rc -ne $code ]]; then
+    fail "$name" "exit code $rc, expected $code" "stderr: $err"
+  elif [[ -n $out ]]; then
+    fail "$name" "printed on stdout: $out"
+  elif [[ $lines -ne 1 ]]; then
+    fail "$name" "expected one line on stderr, got $lines" "stderr: $err"
+  elif ! grep -qF -- "$text" <<<"$err"; then
+    fail "$name" "stderr lacks '$text'" "stderr: $err"
+  elif grep -qiE "terminate called|what\(\)|exception|core dumped" <<<"$err"; then
+    fail "$name" "crash report on stderr" "stderr: $err"
+  else
+    pass
+  fi
+}
+
+finish() {
+  echo "$passed passed, $failed failed"
+  [[ $failed -eq 0 ]]
+}

@@ -1,0 +1,13 @@
+// Linked to the adapter components a consumer asked for (reshard::io, reshard::xtensor): checks
+// that their imported targets bring usable include directories and libraries. Kept trivial so
+// that it compiles in a moment; main.cpp exercises the core.
+#include <reshard/error.hpp>
+
+int main() {
+  try {
+    reshard::report_error("consumer: adapters link");
+  } catch (const reshard::error&) {
+    return 0;
+  }
+  return 1;
+}
