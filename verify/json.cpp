@@ -349,8 +349,8 @@ TEST(LayoutReport, RowsOverTwoGroups) {
   ASSERT_EQ(r["ranks"].size(), 8u);
   for (index_t k = 0; k < 8; ++k) {
     EXPECT_EQ(r["ranks"][k]["rank"], k);
-    EXPECT_EQ(r["ranks"][k]["offset"], (extents{k < 4 ? 0 : 4, 0}));
-    EXPECT_EQ(r["ranks"][k]["shape"], (extents{4, 4}));
+    EXPECT_EQ(r["ranks"][k]["offset"], json(extents{k < 4 ? 0 : 4, 0}));
+    EXPECT_EQ(r["ranks"][k]["shape"], json(extents{4, 4}));
   }
   EXPECT_EQ(r["replica_groups"], json::parse("[[0,1,2,3],[4,5,6,7]]"));
 }
@@ -359,15 +359,15 @@ TEST(LayoutReport, OptimizerShardingAndStage) {
   // mindspore.md: dev [4,2], map [-1,0], step 2, size 2: ranks 0,1,4,5 rows 0..4
   const json r = layout_report(mindspore_layout({4, 2}, {-1, 0}, {8, 4}, {.opt = {2, 2}, .stage = 1}));
   EXPECT_EQ(r["ranks"][0]["rank"], 8);
-  EXPECT_EQ(r["ranks"][5]["offset"], (extents{0, 2}));
-  EXPECT_EQ(r["ranks"][6]["offset"], (extents{4, 0}));
+  EXPECT_EQ(r["ranks"][5]["offset"], json(extents{0, 2}));
+  EXPECT_EQ(r["ranks"][6]["offset"], json(extents{4, 0}));
   EXPECT_EQ(r["replica_groups"], json::parse("[[8,12],[9,13],[10,14],[11,15]]"));
 }
 
 TEST(LayoutReport, MiddleAxisRepeats) {
   const json r = layout_report(mindspore_layout({2, 2, 2}, {2, 0}, {4, 6}));
   EXPECT_EQ(r["replica_groups"], json::parse("[[0,2],[1,3],[4,6],[5,7]]"));
-  EXPECT_EQ(r["ranks"][7]["offset"], (extents{2, 3}));
+  EXPECT_EQ(r["ranks"][7]["offset"], json(extents{2, 3}));
 }
 
 // ---------------------------------------------------------------------------------------------

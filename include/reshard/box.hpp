@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -10,7 +12,133 @@
 namespace reshard {
 
 using index_t = std::int64_t;
-using extents = std::vector<index_t>;
+
+/// A short list of integers (a shape, an offset, a device matrix): a vector that keeps up to
+/// four entries inline, so that boxes of tensors up to 4-d never allocate; longer lists live on
+/// the heap. constexpr throughout.
+class extents {
+ public:
+  using value_type = index_t;
+  using size_type = std::size_t;
+  using iterator = index_t*;
+  using const_iterator = const index_t*;
+  static constexpr size_type inline_capacity = 4;
+
+  constexpr extents() = default;
+  constexpr extents(std::initializer_list<index_t> values) {
+    for (index_t v : values) push_back(v);
+  }
+  constexpr extents(size_type n, index_t value) {
+    for (size_type i = 0; i < n; ++i) push_back(value);
+  }
+  template <class It, class = decltype(*std::declval<It>(), ++std::declval<It&>())>
+  constexpr extents(It first, It last) {
+    for (; first != last; ++first) push_back(static_cast<index_t>(*first));
+  }
+  constexpr extents(const std::vector<index_t>& values)  // NOLINT: implicit on purpose
+      : extents(values.begin(), values.end()) {}
+  constexpr extents(const extents&) = default;
+  constexpr extents& operator=(const extents&) = default;
+  // A moved-from list is empty: the implicit moves would leave size_ above the inline capacity
+  // with an emptied heap vector, so reading or growing it again overran the heap.
+  constexpr extents(extents&& o) noexcept : big_(std::move(o.big_)), size_(o.size_) {
+    for (size_type i = 0; i < inline_capacity; ++i) small_[i] = o.small_[i];
+    o.big_.clear();
+    o.size_ = 0;
+  }
+  constexpr extents& operator=(extents&& o) noexcept {
+    if (this != &o) {
+      for (size_type i = 0; i < inline_capacity; ++i) small_[i] = o.small_[i];
+      big_ = std::move(o.big_);
+      size_ = o.size_;
+      o.big_.clear();
+      o.size_ = 0;
+    }
+    return *this;
+  }
+
+  constexpr size_type size() const { return size_; }
+  constexpr bool empty() const { return size_ == 0; }
+  constexpr index_t* data() { return size_ <= inline_capacity ? small_ : big_.data(); }
+  constexpr const index_t* data() const {
+    return size_ <= inline_capacity ? small_ : big_.data();
+  }
+  constexpr iterator begin() { return data(); }
+  constexpr iterator end() { return data() + size_; }
+  constexpr const_iterator begin() const { return data(); }
+  constexpr const_iterator end() const { return data() + size_; }
+  constexpr index_t& operator[](size_type i) { return data()[i]; }
+  constexpr const index_t& operator[](size_type i) const { return data()[i]; }
+  constexpr index_t& front() { return data()[0]; }
+  constexpr const index_t& front() const { return data()[0]; }
+  constexpr index_t& back() { return data()[size_ - 1]; }
+  constexpr const index_t& back() const { return data()[size_ - 1]; }
+
+  constexpr void push_back(index_t v) {
+    if (size_ < inline_capacity) {
+      small_[size_++] = v;
+      return;
+    }
+    if (size_ == inline_capacity) {  // move to the heap
+      big_.reserve(2 * inline_capacity);
+      for (size_type i = 0; i < inline_capacity; ++i) big_.push_back(small_[i]);
+    }
+    big_.push_back(v);
+    ++size_;
+  }
+  constexpr void pop_back() {
+    --size_;
+    if (size_ > inline_capacity) {
+      big_.pop_back();
+    } else if (size_ == inline_capacity) {  // back inline
+      for (size_type i = 0; i < inline_capacity; ++i) small_[i] = big_[i];
+      big_.clear();
+    }
+  }
+  constexpr void clear() {
+    big_.clear();
+    size_ = 0;
+  }
+  constexpr void resize(size_type n, index_t value = 0) {
+    while (size_ > n) pop_back();
+    while (size_ < n) push_back(value);
+  }
+  constexpr void reserve(size_type) {}
+  constexpr void assign(size_type n, index_t value) {
+    clear();
+    resize(n, value);
+  }
+  template <class It, class = decltype(*std::declval<It>(), ++std::declval<It&>())>
+  constexpr void assign(It first, It last) {
+    clear();
+    for (; first != last; ++first) push_back(static_cast<index_t>(*first));
+  }
+  /// Inserts `v` before `pos`; returns an iterator to it.
+  constexpr iterator insert(const_iterator pos, index_t v) {
+    const auto at = static_cast<size_type>(pos - begin());
+    push_back(v);
+    for (size_type i = size_ - 1; i > at; --i) {
+      const index_t tmp = (*this)[i];
+      (*this)[i] = (*this)[i - 1];
+      (*this)[i - 1] = tmp;
+    }
+    return begin() + at;
+  }
+  /// The entries as a std::vector.
+  constexpr std::vector<index_t> to_vector() const { return {begin(), end()}; }
+
+  friend constexpr bool operator==(const extents& a, const extents& b) {
+    if (a.size_ != b.size_) return false;
+    for (size_type i = 0; i < a.size_; ++i)
+      if (a[i] != b[i]) return false;
+    return true;
+  }
+
+ private:
+  index_t small_[inline_capacity]{};
+  std::vector<index_t> big_;
+  size_type size_ = 0;
+};
 
 namespace detail {
 // A vector of n copies of v, built element by element: clang-14 with libstdc++-12 cannot
@@ -52,8 +180,8 @@ constexpr index_t volume(const extents& s) {
 constexpr box intersect(const box& a, const box& b) {
   RESHARD_EXPECTS(a.offset.size() == b.offset.size(), "intersect: boxes of different rank");
   box r;
-  r.offset = detail::filled<index_t>(a.offset.size(), 0);
-  r.extent = detail::filled<index_t>(a.offset.size(), 0);
+  r.offset = extents(a.offset.size(), 0);
+  r.extent = extents(a.offset.size(), 0);
   for (std::size_t i = 0; i < a.offset.size(); ++i) {
     const index_t lo = a.offset[i] > b.offset[i] ? a.offset[i] : b.offset[i];
     const index_t ahi = a.offset[i] + a.extent[i], bhi = b.offset[i] + b.extent[i];

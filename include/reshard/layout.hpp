@@ -133,7 +133,7 @@ inline constexpr index_t max_elements = index_t{1} << 56;  // elements of one te
 
 // Slice boundaries of a length-n range split into `parts` slices: parts+1 monotone offsets.
 constexpr extents split_bounds(index_t n, index_t parts, split_mode mode) {
-  extents b = filled<index_t>(static_cast<std::size_t>(parts) + 1, 0);
+  extents b(static_cast<std::size_t>(parts) + 1, 0);
   if (mode == split_mode::chunk) {
     const index_t c = (n + parts - 1) / parts;
     for (index_t k = 0; k <= parts; ++k) b[k] = k * c < n ? k * c : n;
@@ -312,12 +312,12 @@ constexpr std::vector<extents> dim_bounds(const layout& l) {
 constexpr void leaf_of(const layout& l, index_t r, index_t parts, const std::vector<int>& rep,
                        extents& coord, extents& leaf) {
   const std::size_t nd = l.dev_matrix.size();
-  if (coord.size() != nd) coord = filled<index_t>(nd, 0);
+  if (coord.size() != nd) coord = extents(nd, 0);
   for (std::size_t a = nd; a-- > 0;) {
     coord[a] = r % l.dev_matrix[a];
     r /= l.dev_matrix[a];
   }
-  if (leaf.size() != l.shape.size()) leaf = filled<index_t>(l.shape.size(), 0);
+  if (leaf.size() != l.shape.size()) leaf = extents(l.shape.size(), 0);
   for (std::size_t i = 0; i < l.shape.size(); ++i) {
     index_t k = 0;
     for (int a : l.dim_axes[i]) k = k * l.dev_matrix[a] + coord[a];
@@ -344,8 +344,8 @@ struct geometry {
   constexpr box region_box(index_t region) const {
     box b;
     const std::size_t n = bounds.size();
-    b.offset = filled<index_t>(n, 0);
-    b.extent = filled<index_t>(n, 0);
+    b.offset = extents(n, 0);
+    b.extent = extents(n, 0);
     for (std::size_t i = n; i-- > 0;) {
       const index_t k = region % leaves[i];
       region /= leaves[i];
@@ -365,7 +365,7 @@ constexpr geometry make_geometry(const layout& l) {
   g.first_rank = l.first_rank;
   g.ranks = num_ranks(l);
   g.bounds = dim_bounds(l);
-  g.leaves = filled<index_t>(l.shape.size(), 0);
+  g.leaves = extents(l.shape.size(), 0);
   g.regions = 1;
   for (std::size_t i = 0; i < l.shape.size(); ++i) {
     g.leaves[i] = static_cast<index_t>(g.bounds[i].size()) - 1;
@@ -461,20 +461,21 @@ struct map_entry {
   std::size_t count = 0;
 
   constexpr map_entry(index_t a) : axis{a}, count{1} {}  // NOLINT: implicit on purpose
-  constexpr map_entry(std::initializer_list<index_t> tuple) { assign(tuple.begin(), tuple.end()); }
+  constexpr map_entry(std::initializer_list<index_t> tuple) {
+    for (index_t a : tuple) push(a);
+  }
   constexpr explicit map_entry(const std::vector<index_t>& tuple) {
-    assign(tuple.begin(), tuple.end());
+    for (index_t a : tuple) push(a);
   }
   constexpr std::vector<index_t> axes() const { return {axis, axis + count}; }
 
  private:
-  template <class It>
-  constexpr void assign(It first, It last) {
-    for (; first != last; ++first) {
-      if (count == max_axes)
-        report_error("mindspore_layout: a tensor map tuple entry has more than 8 axes");
-      axis[count++] = *first;
-    }
+  // Not a template: clang 14 cannot constant-evaluate a member template that a constructor
+  // calls before the class is complete, which made tuple maps unusable in constant expressions.
+  constexpr void push(index_t a) {
+    if (count == max_axes)
+      report_error("mindspore_layout: a tensor map tuple entry has more than 8 axes");
+    axis[count++] = a;
   }
 };
 using tensor_map = std::vector<map_entry>;

@@ -71,8 +71,8 @@ struct piece_ranges {
 constexpr piece_ranges overlapping_leaves(const geometry& s, const box& t) {
   piece_ranges r;
   const std::size_t n = t.offset.size();
-  r.lo = filled<index_t>(n, 0);
-  r.hi = filled<index_t>(n, 0);
+  r.lo = extents(n, 0);
+  r.hi = extents(n, 0);
   for (std::size_t i = 0; i < n; ++i) {
     const index_t a = t.offset[i], b = a + t.extent[i];
     if (b <= a) {
@@ -95,8 +95,8 @@ constexpr void for_each_piece(const geometry& s, const box& t, F&& f) {
   const std::size_t n = t.offset.size();
   extents k = r.lo;
   box piece;
-  piece.offset = filled<index_t>(n, 0);
-  piece.extent = filled<index_t>(n, 0);
+  piece.offset = extents(n, 0);
+  piece.extent = extents(n, 0);
   while (true) {
     bool nonempty = true;
     index_t id = 0;
@@ -139,46 +139,41 @@ constexpr transfer_plan plan(const layout& src, const layout& dst) {
   transfer_plan p{src, dst, {}};
   const detail::geometry gs = detail::make_geometry(src);
   const detail::geometry gd = detail::make_geometry(dst);
-  std::vector<index_t> load = detail::filled<index_t>(static_cast<std::size_t>(gs.ranks), 0);  // elements sent per source
-  struct piece {
-    index_t region;
-    box where;
-  };
-  std::vector<piece> pieces;
-  std::vector<std::vector<transfer>> by_target(static_cast<std::size_t>(gd.ranks));
-  for (index_t rd = 0; rd < gd.regions; ++rd) {
-    const index_t t_begin = gd.owner_start[rd], t_end = gd.owner_start[rd + 1];
-    if (t_begin == t_end) continue;
-    pieces.clear();
-    detail::for_each_piece(gs, gd.region_box(rd), [&](index_t id, const box& b) {
-      pieces.push_back({id, b});
-    });
-    for (index_t ti = t_begin; ti < t_end; ++ti) {
-      const index_t t = gd.owners[ti];
-      auto& out = by_target[t - gd.first_rank];
-      for (const piece& pc : pieces) {
-        if (gs.holds(t, pc.region)) {
-          out.push_back({t, t, pc.where});
-          continue;
-        }
-        // least-loaded replica; the scan starts at a rotating owner so equal loads spread
-        const index_t o_begin = gs.owner_start[pc.region], o_end = gs.owner_start[pc.region + 1];
-        const index_t g = o_end - o_begin;
-        index_t best = -1;
-        for (index_t j = 0; j < g; ++j) {
-          const index_t cand = gs.owners[o_begin + (j + t) % g];
-          if (best < 0 || load[cand - gs.first_rank] < load[best - gs.first_rank]) best = cand;
-        }
-        load[best - gs.first_rank] += volume(pc.where);
-        out.push_back({best, t, pc.where});
-      }
-    }
+  std::vector<index_t> load = detail::filled<index_t>(static_cast<std::size_t>(gs.ranks), 0);
+  // Reserve for the most pieces each target can have: the product of its overlapping ranges.
+  std::size_t bound = 0;
+  for (index_t r = 0; r < gd.ranks; ++r) {
+    const detail::piece_ranges pr = detail::overlapping_leaves(gs, gd.region_box(gd.rank_region[r]));
+    if (pr.empty) continue;
+    std::size_t n = 1;
+    for (std::size_t i = 0; i < pr.lo.size(); ++i) n *= static_cast<std::size_t>(pr.hi[i] - pr.lo[i]);
+    bound += n;
   }
-  std::size_t total = 0;
-  for (const auto& v : by_target) total += v.size();
-  p.transfers.reserve(total);
-  for (auto& v : by_target)
-    for (auto& x : v) p.transfers.push_back(std::move(x));
+  p.transfers.reserve(bound);
+  // Targets in rank order; a piece the target holds in `src` is a local copy, any other piece
+  // comes from the least-loaded replica (scanning from a rotating owner so equal loads spread).
+  for (index_t r = 0; r < gd.ranks; ++r) {
+    const index_t t = gd.first_rank + r;
+    detail::for_each_piece(gs, gd.region_box(gd.rank_region[r]), [&](index_t region, const box& b) {
+      if (gs.holds(t, region)) {
+        p.transfers.push_back({t, t, b});
+        return;
+      }
+      const index_t* owners = gs.owners.data() + gs.owner_start[region];
+      const index_t g = gs.owner_start[region + 1] - gs.owner_start[region];
+      index_t best = owners[0];
+      if (g > 1) {
+        index_t j = r % g;
+        best = owners[j];
+        for (index_t n = 1; n < g; ++n) {
+          if (++j == g) j = 0;
+          if (load[owners[j] - gs.first_rank] < load[best - gs.first_rank]) best = owners[j];
+        }
+      }
+      load[best - gs.first_rank] += volume(b);
+      p.transfers.push_back({best, t, b});
+    });
+  }
   return p;
 }
 
