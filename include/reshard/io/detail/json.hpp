@@ -1,0 +1,81 @@
+// reshard/io/detail/json.hpp: strict JSON parsing with nlohmann::json for the file readers:
+// duplicate object keys are refused (nlohmann would silently keep one), parse errors become
+// reshard::error. Internal: not part of reshard's API.
+#pragma once
+
+#include <reshard/error.hpp>
+#include <reshard/io/detail/text.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace reshard::io::detail {
+
+/// Parses `text` as JSON of type J (nlohmann::json or nlohmann::ordered_json); `prefix` starts
+/// every error message ("safetensors: /a/b.safetensors: ").
+template <class J>
+J parse_json_strict(std::string_view text, const std::string& prefix) {
+  std::vector<std::set<std::string>> keys;  // keys seen in each open object
+  typename J::parser_callback_t check = [&](int, typename J::parse_event_t event, J& parsed) {
+    using ev = typename J::parse_event_t;
+    if (event == ev::object_start) {
+      keys.emplace_back();
+    } else if (event == ev::object_end) {
+      keys.pop_back();
+    } else if (event == ev::key) {
+      const auto& k = parsed.template get_ref<const typename J::string_t&>();
+      if (!keys.empty() && !keys.back().insert(k).second)
+        report_error(prefix + "JSON object has the key " + quote_name(k) + " twice");
+    }
+    return true;
+  };
+  try {
+    return J::parse(text.begin(), text.end(), check);
+  } catch (const typename J::exception& e) {
+    report_error(prefix + "invalid JSON: " + e.what());
+  }
+}
+
+/// The value of a JSON integer within [lo, hi], or none (not an integer, or out of range).
+template <class J>
+std::optional<std::int64_t> json_int(const J& j, std::int64_t lo = std::numeric_limits<std::int64_t>::min(),
+                                     std::int64_t hi = std::numeric_limits<std::int64_t>::max()) {
+  std::int64_t v = 0;
+  if (j.is_number_unsigned()) {
+    const auto u = j.template get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+    v = static_cast<std::int64_t>(u);
+  } else if (j.is_number_integer()) {
+    v = j.template get<std::int64_t>();
+  } else {
+    return std::nullopt;
+  }
+  if (v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+/// The value of a non-negative JSON integer (full uint64 range), or none.
+template <class J>
+std::optional<std::uint64_t> json_uint(const J& j) {
+  if (j.is_number_unsigned()) return j.template get<std::uint64_t>();
+  if (j.is_number_integer() && j.template get<std::int64_t>() >= 0)
+    return static_cast<std::uint64_t>(j.template get<std::int64_t>());
+  return std::nullopt;
+}
+
+/// Compact text of a JSON value for messages (cut at 80 characters).
+template <class J>
+std::string json_excerpt(const J& j) {
+  std::string s = j.dump(-1, ' ', false, J::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+}  // namespace reshard::io::detail

@@ -1,0 +1,258 @@
+// reshard/io/mapped_file.hpp: a read-only memory mapping of a whole file, and an atomic output
+// file (write a temporary beside the destination, fsync, rename on commit).
+//
+// POSIX only. Errors are reshard::error naming the path and the errno text, prefixed with the
+// caller's context ("ckpt", "safetensors", ...).
+#pragma once
+
+#include <reshard/error.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace reshard::io {
+
+namespace detail {
+[[noreturn]] inline void report_errno(std::string_view context, const std::filesystem::path& path,
+                                      std::string_view what, int err) {
+  report_error(std::string(context) + ": " + path.string() + ": " + std::string(what) + ": " +
+               std::strerror(err));
+}
+
+inline int close_fd(int& fd) noexcept {
+  int rc = 0;
+  if (fd >= 0) rc = ::close(fd);
+  fd = -1;
+  return rc;
+}
+}  // namespace detail
+
+/// Read-only mapping of a whole regular file. Move-only; the bytes stay valid (and at the same
+/// address) for the lifetime of the mapping, across moves. An empty file maps to an empty span.
+class mapped_file {
+ public:
+  mapped_file() = default;
+
+  /// Maps `path`. `context` prefixes error messages ("ckpt: /a/b.ckpt: cannot open: ...").
+  explicit mapped_file(std::filesystem::path path, std::string_view context = "mapped_file")
+      : path_(std::move(path)) {
+    int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) detail::report_errno(context, path_, "cannot open for reading", errno);
+    struct ::stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      detail::close_fd(fd);
+      detail::report_errno(context, path_, "cannot stat", err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      detail::close_fd(fd);
+      report_error(std::string(context) + ": " + path_.string() + ": not a regular file");
+    }
+    size_ = static_cast<std::uint64_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        detail::close_fd(fd);
+        detail::report_errno(context, path_, "cannot map", err);
+      }
+      data_ = static_cast<const std::byte*>(p);
+    }
+    detail::close_fd(fd);  // the mapping keeps the file alive
+  }
+
+  mapped_file(const mapped_file&) = delete;
+  mapped_file& operator=(const mapped_file&) = delete;
+  mapped_file(mapped_file&& o) noexcept
+      : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  mapped_file& operator=(mapped_file&& o) noexcept {
+    if (this != &o) {
+      unmap();
+      path_ = std::move(o.path_);
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  ~mapped_file() { unmap(); }
+
+  const std::filesystem::path& path() const noexcept { return path_; }
+  std::uint64_t size() const noexcept { return size_; }
+  std::span<const std::byte> bytes() const noexcept { return {data_, static_cast<std::size_t>(size_)}; }
+
+ private:
+  void unmap() noexcept {
+    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  std::filesystem::path path_;
+  const std::byte* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+namespace detail {
+inline std::filesystem::path unique_temp_path(const std::filesystem::path& dest) {
+  static std::atomic<std::uint64_t> counter{0};
+  std::filesystem::path tmp = dest;
+  tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  return tmp;
+}
+
+// rename(from, to) failing with EEXIST if `to` exists. Returns 0 or an errno value.
+inline int rename_no_replace(const std::filesystem::path& from, const std::filesystem::path& to) noexcept {
+#if defined(RENAME_NOREPLACE)
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS) return errno;
+#endif
+  // Without renameat2 support: a hard link fails atomically if `to` exists.
+  if (::link(from.c_str(), to.c_str()) == 0) {
+    ::unlink(from.c_str());
+    return 0;
+  }
+  if (errno == EEXIST) return EEXIST;
+  // Filesystems without hard links: check, then rename (not atomic against a concurrent writer).
+  struct ::stat st {};
+  if (::lstat(to.c_str(), &st) == 0) return EEXIST;
+  return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+}
+
+inline void fsync_directory(const std::filesystem::path& dir) noexcept {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);  // best effort: some filesystems refuse fsync on directories
+  close_fd(fd);
+}
+}  // namespace detail
+
+/// An output file that appears at its destination complete or not at all. Bytes go to a unique
+/// temporary `<destination>.tmp.<pid>.<n>` in the same directory; commit() flushes, fsyncs and
+/// renames it over the destination. The destructor of an uncommitted writer (an exception, an
+/// early return) removes the temporary. An existing destination is refused (at construction and
+/// again, atomically, at commit) unless `overwrite` is true.
+class atomic_file_writer {
+ public:
+  explicit atomic_file_writer(std::filesystem::path destination, bool overwrite = false,
+                              std::string_view context = "atomic_file_writer")
+      : dest_(std::move(destination)), context_(context), overwrite_(overwrite) {
+    struct ::stat st {};
+    if (!overwrite_ && ::lstat(dest_.c_str(), &st) == 0)
+      report_error(context_ + ": " + dest_.string() + ": destination exists (pass overwrite to replace it)");
+    temp_ = detail::unique_temp_path(dest_);
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ < 0)
+      detail::report_errno(context_, dest_, "cannot create temporary file " + temp_.string(), errno);
+    buffer_.reserve(buffer_capacity);
+  }
+
+  atomic_file_writer(const atomic_file_writer&) = delete;
+  atomic_file_writer& operator=(const atomic_file_writer&) = delete;
+  atomic_file_writer(atomic_file_writer&& o) noexcept
+      : dest_(std::move(o.dest_)),
+        temp_(std::move(o.temp_)),
+        context_(std::move(o.context_)),
+        buffer_(std::move(o.buffer_)),
+        fd_(std::exchange(o.fd_, -1)),
+        size_(o.size_),
+        overwrite_(o.overwrite_),
+        committed_(std::exchange(o.committed_, true)) {}
+  atomic_file_writer& operator=(atomic_file_writer&&) = delete;
+
+  ~atomic_file_writer() {
+    detail::close_fd(fd_);
+    if (!committed_ && !temp_.empty()) ::unlink(temp_.c_str());
+  }
+
+  /// Appends `bytes` (buffered).
+  void write(std::span<const std::byte> bytes) {
+    RESHARD_EXPECTS(fd_ >= 0 && !committed_, "atomic_file_writer: write after commit or failure");
+    if (buffer_.size() + bytes.size() > buffer_capacity) flush();
+    if (bytes.size() >= buffer_capacity) {
+      write_fd(bytes);
+    } else {
+      buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+    }
+    size_ += bytes.size();
+  }
+  void write(std::string_view bytes) { write(std::as_bytes(std::span<const char>(bytes.data(), bytes.size()))); }
+
+  /// Bytes written so far.
+  std::uint64_t size() const noexcept { return size_; }
+  const std::filesystem::path& destination() const noexcept { return dest_; }
+  const std::filesystem::path& temp_path() const noexcept { return temp_; }
+  bool committed() const noexcept { return committed_; }
+
+  /// Flushes, fsyncs and renames the temporary to the destination (refusing an existing one
+  /// unless `overwrite`). On failure the temporary is removed and reshard::error thrown.
+  void commit() {
+    RESHARD_EXPECTS(fd_ >= 0 && !committed_, "atomic_file_writer: commit twice or after failure");
+    flush();
+    if (::fsync(fd_) != 0) fail("cannot fsync " + temp_.string(), errno);
+    if (detail::close_fd(fd_) != 0) fail("cannot close " + temp_.string(), errno);
+    if (overwrite_) {
+      if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename " + temp_.string(), errno);
+    } else if (int err = detail::rename_no_replace(temp_, dest_); err != 0) {
+      if (err == EEXIST) {
+        discard();
+        report_error(context_ + ": " + dest_.string() + ": destination exists (pass overwrite to replace it)");
+      }
+      fail("cannot rename " + temp_.string(), err);
+    }
+    committed_ = true;
+    detail::fsync_directory(dest_.parent_path());
+  }
+
+ private:
+  static constexpr std::size_t buffer_capacity = std::size_t{1} << 20;
+
+  void discard() noexcept {
+    detail::close_fd(fd_);
+    ::unlink(temp_.c_str());
+    temp_.clear();
+  }
+  [[noreturn]] void fail(const std::string& what, int err) {
+    discard();
+    detail::report_errno(context_, dest_, what, err);
+  }
+  void flush() {
+    write_fd(buffer_);
+    buffer_.clear();
+  }
+  void write_fd(std::span<const std::byte> bytes) {
+    while (!bytes.empty()) {
+      const ::ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("cannot write " + temp_.string(), errno);
+      }
+      bytes = bytes.subspan(static_cast<std::size_t>(n));
+    }
+  }
+
+  std::filesystem::path dest_;
+  std::filesystem::path temp_;
+  std::string context_;
+  std::vector<std::byte> buffer_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+  bool overwrite_ = false;
+  bool committed_ = false;
+};
+
+}  // namespace reshard::io

@@ -1,0 +1,157 @@
+// Tests of reshard/io/mapped_file.hpp: the read-only mapping and the atomic output file.
+#include <reshard/io/mapped_file.hpp>
+
+#include "io_test_util.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace reshard::io;
+using namespace reshard_test;
+
+TEST(mapped_file, maps_the_whole_file) {
+  temp_dir dir;
+  const std::string text = "hello, mapping";
+  write_text(dir / "a.bin", text);
+  mapped_file f(dir / "a.bin");
+  EXPECT_EQ(f.size(), text.size());
+  ASSERT_EQ(f.bytes().size(), text.size());
+  EXPECT_EQ(std::memcmp(f.bytes().data(), text.data(), text.size()), 0);
+  EXPECT_EQ(f.path(), dir / "a.bin");
+}
+
+TEST(mapped_file, empty_file_is_an_empty_span) {
+  temp_dir dir;
+  write_text(dir / "empty", "");
+  mapped_file f(dir / "empty");
+  EXPECT_EQ(f.size(), 0u);
+  EXPECT_TRUE(f.bytes().empty());
+}
+
+TEST(mapped_file, moves_keep_the_bytes_in_place) {
+  temp_dir dir;
+  write_text(dir / "a", "abcdef");
+  mapped_file f(dir / "a");
+  const std::byte* p = f.bytes().data();
+  mapped_file g(std::move(f));
+  EXPECT_EQ(g.bytes().data(), p);
+  EXPECT_TRUE(f.bytes().empty());  // NOLINT(bugprone-use-after-move): moved-from is empty by contract
+  mapped_file h;
+  h = std::move(g);
+  EXPECT_EQ(h.bytes().data(), p);
+  EXPECT_EQ(h.size(), 6u);
+}
+
+TEST(mapped_file, errors_name_the_path_and_errno_text) {
+  temp_dir dir;
+  const auto missing = (dir / "missing.ckpt").string();
+  EXPECT_TRUE(throws_error([&] { mapped_file f(missing, "ckpt"); },
+                           {"ckpt: ", missing, "cannot open for reading", "No such file or directory"}));
+  EXPECT_TRUE(throws_error([&] { mapped_file f(dir.path()); }, {dir.path().string(), "not a regular file"}));
+}
+
+TEST(atomic_file_writer, commit_publishes_all_bytes) {
+  temp_dir dir;
+  {
+    atomic_file_writer w(dir / "out.bin");
+    EXPECT_EQ(w.temp_path().parent_path(), dir.path());  // same directory: rename is atomic
+    EXPECT_NE(w.temp_path(), w.destination());
+    EXPECT_FALSE(fs::exists(dir / "out.bin"));
+    w.write(std::string_view("abc"));
+    std::vector<std::byte> big(3u << 20, std::byte{0x5a});  // larger than the internal buffer
+    w.write(big);
+    w.write(std::string_view("xyz"));
+    EXPECT_EQ(w.size(), 6u + big.size());
+    EXPECT_FALSE(fs::exists(dir / "out.bin"));  // nothing visible before commit
+    w.commit();
+    EXPECT_TRUE(w.committed());
+  }
+  const auto bytes = read_bytes(dir / "out.bin");
+  ASSERT_EQ(bytes.size(), 6u + (3u << 20));
+  EXPECT_EQ(to_hex(std::span(bytes).first(3)), "616263");
+  EXPECT_EQ(bytes[3 + 12345], std::byte{0x5a});
+  EXPECT_EQ(to_hex(std::span(bytes).last(3)), "78797a");
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"});  // no temporary left
+}
+
+TEST(atomic_file_writer, uncommitted_writer_leaves_nothing) {
+  temp_dir dir;
+  {
+    atomic_file_writer w(dir / "out.bin");
+    w.write(std::string_view("partial"));
+    EXPECT_TRUE(fs::exists(w.temp_path()));
+  }
+  EXPECT_TRUE(dir.files().empty());
+}
+
+TEST(atomic_file_writer, exception_during_writing_leaves_nothing) {
+  temp_dir dir;
+  EXPECT_THROW(
+      {
+        atomic_file_writer w(dir / "out.bin");
+        w.write(std::string_view("partial"));
+        throw std::runtime_error("producer failed");
+      },
+      std::runtime_error);
+  EXPECT_TRUE(dir.files().empty());
+}
+
+TEST(atomic_file_writer, refuses_an_existing_destination) {
+  temp_dir dir;
+  write_text(dir / "out.bin", "old");
+  const auto dest = (dir / "out.bin").string();
+  EXPECT_TRUE(throws_error([&] { atomic_file_writer w(dest, false, "ckpt"); }, {"ckpt: ", dest, "destination exists"}));
+  EXPECT_EQ(to_hex(read_bytes(dest)), "6f6c64");
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"});
+}
+
+TEST(atomic_file_writer, refuses_a_destination_that_appears_before_commit) {
+  temp_dir dir;
+  const auto dest = dir / "out.bin";
+  atomic_file_writer w(dest);
+  w.write(std::string_view("new"));
+  write_text(dest, "someone else");
+  EXPECT_TRUE(throws_error([&] { w.commit(); }, {dest.string(), "destination exists"}));
+  EXPECT_EQ(to_hex(read_bytes(dest)), to_hex(as_bytes("someone else")));
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"});  // temporary removed
+}
+
+TEST(atomic_file_writer, overwrite_replaces) {
+  temp_dir dir;
+  write_text(dir / "out.bin", "old");
+  atomic_file_writer w(dir / "out.bin", true);
+  w.write(std::string_view("new!"));
+  w.commit();
+  EXPECT_EQ(to_hex(read_bytes(dir / "out.bin")), to_hex(as_bytes("new!")));
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"});
+}
+
+TEST(atomic_file_writer, missing_directory_is_reported) {
+  temp_dir dir;
+  const auto dest = dir / "no" / "such" / "out.bin";
+  EXPECT_TRUE(throws_error([&] { atomic_file_writer w(dest); },
+                           {dest.string(), "cannot create temporary file", "No such file or directory"}));
+}
+
+TEST(atomic_file_writer, misuse_is_a_contract_violation) {
+  temp_dir dir;
+  atomic_file_writer w(dir / "out.bin");
+  w.commit();
+  EXPECT_THROW(w.write(std::string_view("late")), reshard::contract_violation);
+  EXPECT_THROW(w.commit(), reshard::contract_violation);
+}
+
+TEST(atomic_file_writer, concurrent_writers_use_distinct_temporaries) {
+  temp_dir dir;
+  atomic_file_writer a(dir / "x"), b(dir / "x");
+  EXPECT_NE(a.temp_path(), b.temp_path());
+  a.write(std::string_view("a"));
+  b.write(std::string_view("b"));
+  a.commit();
+  EXPECT_TRUE(throws_error([&] { b.commit(); }, {"destination exists"}));
+  EXPECT_EQ(to_hex(read_bytes(dir / "x")), "61");
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"x"});
+}
