@@ -2,6 +2,8 @@
 // reshard::error naming the option, the key and the value), to_json of layouts and plans, the
 // rank report, the dtype table.
 #include <gtest/gtest.h>
+
+#include "laws/check.hpp"
 #include <rapidcheck/gtest.h>
 
 #include <string>
@@ -15,17 +17,6 @@ namespace {
 
 using nlohmann::json;
 using namespace reshard;
-
-// The message of the reshard::error that `f` throws ("" if it does not throw).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const reshard::error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 layout parse(const std::string& text) { return layout_from_json_text(text, "--src"); }
 
