@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -74,7 +75,7 @@ constexpr std::string to_string(const layout& l) {
   std::string s = "dev";
   detail::append_list(s, l.dev_matrix);
   s += " map[";
-  const auto nd = static_cast<int>(l.dev_matrix.size());
+  const auto nd = static_cast<index_t>(l.dev_matrix.size());  // index_t: axes may be any int
   for (std::size_t i = 0; i < l.dim_axes.size(); ++i) {
     if (i) s += ',';
     const auto& ax = l.dim_axes[i];
@@ -115,7 +116,13 @@ constexpr std::string to_string(const layout& l) {
     s += " ranks[";
     detail::append_int(s, l.first_rank);
     s += "..";
-    detail::append_int(s, l.first_rank + num_ranks(l) - 1);
+    // the last rank; error messages also print invalid layouts, whose rank count may overflow
+    index_t n = 1;
+    for (index_t d : l.dev_matrix) n = n > 0 && d >= 1 && d <= (index_t{1} << 31) / n ? n * d : 0;
+    if (n > 0 && l.first_rank <= std::numeric_limits<index_t>::max() - n)
+      detail::append_int(s, l.first_rank + n - 1);
+    else
+      s += '?';
     s += ']';
   }
   return s;
@@ -202,12 +209,12 @@ constexpr void validate(const layout& l, std::string_view what = "layout") {
     for (int a : l.dim_axes[i]) {
       if (a < 0 || static_cast<std::size_t>(a) >= nd)
         detail::layout_error(l, what, "dim " + std::to_string(i) + " names device axis " +
-                                          std::to_string(static_cast<int>(nd) - 1 - a) +
+                                          std::to_string(static_cast<index_t>(nd) - 1 - a) +
                                           ", but the device matrix has " + std::to_string(nd) +
                                           " axes");
       if (seen[a] >= 0)
         detail::layout_error(l, what, "device axis " +
-                                          std::to_string(static_cast<int>(nd) - 1 - a) +
+                                          std::to_string(static_cast<index_t>(nd) - 1 - a) +
                                           " splits both dim " + std::to_string(seen[a]) +
                                           " and dim " + std::to_string(i));
       seen[a] = static_cast<int>(i);
@@ -261,21 +268,23 @@ constexpr void validate(const layout& l, std::string_view what = "layout") {
                                         " does not divide the replica group size " +
                                         std::to_string(group));
     if (l.mode == split_mode::divisible) {
-      // every dim-0 slice must divide into `parts` equal parts
-      const index_t p0 = detail::axes_product(l, l.dim_axes[0]);
-      extents b;
+      // every dim-0 slice must divide into `parts` equal parts. Without listing the slices: a
+      // layout of 2^30 slices must not allocate 2^30 bounds just to be checked.
+      const auto bad_slice = [&](std::size_t k, index_t rows) {
+        detail::layout_error(l, what, "optimizer sharding splits dim 0 slices into " +
+                                          std::to_string(parts) + " parts, but slice " +
+                                          std::to_string(k) + " has " + std::to_string(rows) +
+                                          " rows");
+      };
       if (!l.split_sizes.empty() && !l.split_sizes[0].empty()) {
-        b.push_back(0);
-        for (index_t v : l.split_sizes[0]) b.push_back(b.back() + v);
-      } else {
-        b = detail::split_bounds(l.shape[0], p0, split_mode::balanced);
+        for (std::size_t k = 0; k < l.split_sizes[0].size(); ++k)
+          if (l.split_sizes[0][k] % parts != 0) bad_slice(k, l.split_sizes[0][k]);
+      } else {  // balanced: the first r slices have q + 1 rows, the others q
+        const index_t p0 = detail::axes_product(l, l.dim_axes[0]);
+        const index_t q = l.shape[0] / p0, r = l.shape[0] % p0;
+        if (r > 0 && (q + 1) % parts != 0) bad_slice(0, q + 1);
+        if (q % parts != 0) bad_slice(static_cast<std::size_t>(r), q);
       }
-      for (std::size_t k = 0; k + 1 < b.size(); ++k)
-        if ((b[k + 1] - b[k]) % parts != 0)
-          detail::layout_error(l, what, "optimizer sharding splits dim 0 slices into " +
-                                            std::to_string(parts) + " parts, but slice " +
-                                            std::to_string(k) + " has " +
-                                            std::to_string(b[k + 1] - b[k]) + " rows");
     }
   }
 }
@@ -375,13 +384,41 @@ constexpr geometry make_geometry(const layout& l) {
   const std::vector<int> rep = repeat_axes(l);
   g.rank_region = filled<index_t>(static_cast<std::size_t>(g.ranks), 0);
   g.owner_start = filled<index_t>(static_cast<std::size_t>(g.regions) + 1, 0);
-  extents coord, leaf;
-  for (index_t r = 0; r < g.ranks; ++r) {
-    leaf_of(l, r, parts, rep, coord, leaf);
+  if (parts == 1) {
+    // Without optimizer sharding the region id is linear in the device coordinates,
+    // id = sum over axes of coord[a] * weight[a]: walk the ranks with an odometer, no division.
+    const std::size_t nd = l.dev_matrix.size();
+    extents weight(nd, 0), coord(nd, 0);
+    index_t later_leaves = 1;
+    for (std::size_t i = l.shape.size(); i-- > 0;) {
+      index_t w = later_leaves;
+      for (std::size_t k = l.dim_axes[i].size(); k-- > 0;) {
+        const int a = l.dim_axes[i][k];
+        weight[a] = w;
+        w *= l.dev_matrix[a];
+      }
+      later_leaves *= g.leaves[i];
+    }
     index_t id = 0;
-    for (std::size_t i = 0; i < leaf.size(); ++i) id = id * g.leaves[i] + leaf[i];
-    g.rank_region[r] = id;
-    ++g.owner_start[id + 1];
+    for (index_t r = 0; r < g.ranks; ++r) {
+      g.rank_region[r] = id;
+      ++g.owner_start[id + 1];
+      for (std::size_t a = nd; a-- > 0;) {
+        id += weight[a];
+        if (++coord[a] < l.dev_matrix[a]) break;
+        id -= coord[a] * weight[a];
+        coord[a] = 0;
+      }
+    }
+  } else {
+    extents coord, leaf;
+    for (index_t r = 0; r < g.ranks; ++r) {
+      leaf_of(l, r, parts, rep, coord, leaf);
+      index_t id = 0;
+      for (std::size_t i = 0; i < leaf.size(); ++i) id = id * g.leaves[i] + leaf[i];
+      g.rank_region[r] = id;
+      ++g.owner_start[id + 1];
+    }
   }
   for (index_t k = 0; k < g.regions; ++k) g.owner_start[k + 1] += g.owner_start[k];
   g.owners = filled<index_t>(static_cast<std::size_t>(g.ranks), 0);

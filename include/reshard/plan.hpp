@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reshard/box.hpp"
@@ -139,40 +140,70 @@ constexpr transfer_plan plan(const layout& src, const layout& dst) {
   transfer_plan p{src, dst, {}};
   const detail::geometry gs = detail::make_geometry(src);
   const detail::geometry gd = detail::make_geometry(dst);
-  std::vector<index_t> load = detail::filled<index_t>(static_cast<std::size_t>(gs.ranks), 0);
-  // Reserve for the most pieces each target can have: the product of its overlapping ranges.
-  std::size_t bound = 0;
-  for (index_t r = 0; r < gd.ranks; ++r) {
-    const detail::piece_ranges pr = detail::overlapping_leaves(gs, gd.region_box(gd.rank_region[r]));
+  // Reserve for the most pieces each target can have: the product of its overlapping ranges,
+  // computed once per target region.
+  std::vector<index_t> bound = detail::filled<index_t>(static_cast<std::size_t>(gd.regions), 0);
+  for (index_t rd = 0; rd < gd.regions; ++rd) {
+    if (gd.owner_start[rd] == gd.owner_start[rd + 1]) continue;
+    const detail::piece_ranges pr = detail::overlapping_leaves(gs, gd.region_box(rd));
     if (pr.empty) continue;
-    std::size_t n = 1;
-    for (std::size_t i = 0; i < pr.lo.size(); ++i) n *= static_cast<std::size_t>(pr.hi[i] - pr.lo[i]);
-    bound += n;
+    index_t n = 1;
+    for (std::size_t i = 0; i < pr.lo.size(); ++i) n *= pr.hi[i] - pr.lo[i];
+    bound[rd] = n;
   }
-  p.transfers.reserve(bound);
+  std::size_t total = 0;
+  for (index_t r = 0; r < gd.ranks; ++r)
+    total += static_cast<std::size_t>(bound[gd.rank_region[r]]);
+  p.transfers.reserve(total);
+  // Least-loaded replica: each source rank owns one region, so the candidates for a piece of
+  // region k are k's owners, and their loads come from k's pieces alone. One min-heap of
+  // (elements sent, owner) per region, laid out like gs.owners: O(log g) a piece, not O(g).
+  using entry = std::pair<index_t, index_t>;
+  std::vector<entry> heap;
+  heap.reserve(gs.owners.size());
+  for (index_t o : gs.owners) heap.push_back({0, o});  // ascending: already a min-heap
+  const auto later = [](const entry& a, const entry& b) { return a > b; };
+  index_t t = 0;
+  const auto emit = [&](index_t region, const box& b) {
+    if (gs.holds(t, region)) {
+      p.transfers.push_back({t, t, b});
+      return;
+    }
+    const auto first = heap.begin() + gs.owner_start[region];
+    const auto last = heap.begin() + gs.owner_start[region + 1];
+    std::pop_heap(first, last, later);
+    (last - 1)->first += volume(b);
+    const index_t best = (last - 1)->second;
+    std::push_heap(first, last, later);
+    p.transfers.push_back({best, t, b});
+  };
+  // The pieces of a target region held by several ranks are found once, on its first rank,
+  // and kept for its replicas; a region with one owner is walked directly.
+  struct piece {
+    index_t region;
+    box where;
+  };
+  std::vector<piece> cache;
+  const auto nregions = static_cast<std::size_t>(gd.regions);
+  std::vector<index_t> cache_begin = detail::filled<index_t>(nregions, -1);
+  std::vector<index_t> cache_end = detail::filled<index_t>(nregions, -1);
   // Targets in rank order; a piece the target holds in `src` is a local copy, any other piece
-  // comes from the least-loaded replica (scanning from a rotating owner so equal loads spread).
+  // comes from the least-loaded replica of its region.
   for (index_t r = 0; r < gd.ranks; ++r) {
-    const index_t t = gd.first_rank + r;
-    detail::for_each_piece(gs, gd.region_box(gd.rank_region[r]), [&](index_t region, const box& b) {
-      if (gs.holds(t, region)) {
-        p.transfers.push_back({t, t, b});
-        return;
-      }
-      const index_t* owners = gs.owners.data() + gs.owner_start[region];
-      const index_t g = gs.owner_start[region + 1] - gs.owner_start[region];
-      index_t best = owners[0];
-      if (g > 1) {
-        index_t j = r % g;
-        best = owners[j];
-        for (index_t n = 1; n < g; ++n) {
-          if (++j == g) j = 0;
-          if (load[owners[j] - gs.first_rank] < load[best - gs.first_rank]) best = owners[j];
-        }
-      }
-      load[best - gs.first_rank] += volume(b);
-      p.transfers.push_back({best, t, b});
-    });
+    t = gd.first_rank + r;
+    const index_t rd = gd.rank_region[r];
+    if (gd.owner_start[rd + 1] - gd.owner_start[rd] == 1) {
+      detail::for_each_piece(gs, gd.region_box(rd), emit);
+      continue;
+    }
+    if (cache_begin[rd] < 0) {
+      cache_begin[rd] = static_cast<index_t>(cache.size());
+      detail::for_each_piece(gs, gd.region_box(rd),
+                             [&](index_t region, const box& b) { cache.push_back({region, b}); });
+      cache_end[rd] = static_cast<index_t>(cache.size());
+    }
+    for (index_t k = cache_begin[rd]; k < cache_end[rd]; ++k)
+      emit(cache[static_cast<std::size_t>(k)].region, cache[static_cast<std::size_t>(k)].where);
   }
   return p;
 }
