@@ -29,7 +29,7 @@ expect_json "uneven 8 -> 3: minimal and complete" 'j["cross_bytes"] == j["lower_
        --dst '{"dev_matrix":[3],"tensor_map":[0,-1],"shape":[10,7],"split":"balanced"}' --json
 
 # the text form
-expect_text "text: transfer line" '^  6 -> 2    \[4:6,0:4\]     32  cross$' plan --src "$S" --dst "$D"
+expect_text "text: transfer line" '^  4 -> 2    \[4:6,0:4\]     32  cross$' plan --src "$S" --dst "$D"
 expect_text "text: local line" '^  0 -> 0    \[0:2,0:4\]     32  local$' plan --src "$S" --dst "$D"
 expect_text "text: cross bytes" '^  cross-rank bytes  64 B in 2 messages$' plan --src "$S" --dst "$D"
 expect_text "text: lower bound" '^  lower bound       64 B  \(cross-rank bytes == lower bound: minimal\)$' plan --src "$S" --dst "$D"
