@@ -6,5 +6,7 @@
 #include "reshard/convert.hpp"
 #include "reshard/error.hpp"
 #include "reshard/layout.hpp"
+#include "reshard/placement.hpp"
 #include "reshard/plan.hpp"
+#include "reshard/rank_plan.hpp"
 #include "reshard/version.hpp"
