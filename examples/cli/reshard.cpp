@@ -9,15 +9,23 @@
 #include <vector>
 
 #include "common.hpp"
+#include "convert_command.hpp"
+#include "inspect_command.hpp"
 #include "layout_command.hpp"
+#include "merge_command.hpp"
+#include "merge_strategies_command.hpp"
 #include "plan_command.hpp"
+#include "rank_list_command.hpp"
+#include "split_command.hpp"
+#include "transform_command.hpp"
+#include "transform_rank_command.hpp"
 #include "reshard/version.hpp"
 
 
 int main(int argc, char** argv) {
   using namespace reshard;
-  CLI::App app{"reshard: layouts of distributed tensors and minimal redistribution plans "
-               "(MindSpore, DTensor and JAX layouts; any number of ranks M -> N)",
+  CLI::App app{"reshard: layouts of distributed tensors, minimal redistribution plans and MindSpore "
+               "checkpoint transformation (MindSpore, DTensor and JAX layouts; any number of ranks M -> N)",
                "reshard"};
   app.set_version_flag("--version", std::string("reshard ") + RESHARD_VERSION_STRING);
   app.require_subcommand(1);
@@ -26,6 +34,14 @@ int main(int argc, char** argv) {
   const std::vector<cli::command> commands{
       cli::add_layout_command(app),
       cli::add_plan_command(app),
+      cli::add_transform_command(app),
+      cli::add_transform_rank_command(app),
+      cli::add_rank_list_command(app),
+      cli::add_merge_strategies_command(app),
+      cli::add_inspect_command(app),
+      cli::add_merge_command(app),
+      cli::add_split_command(app),
+      cli::add_convert_command(app),
   };
 
   // "reshard plan" when a subcommand was given, for messages

@@ -1,0 +1,31 @@
+// examples/cli/merge_command.hpp: `reshard merge`: one checkpoint of full tensors from a
+// distributed checkpoint (MindSpore's load_distributed_checkpoint / merge_sliced_parameter).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "transform_common.hpp"
+
+namespace reshard::cli {
+
+inline command add_merge_command(CLI::App& app) {
+  struct options {
+    std::string src_dir, out, src_strategy;
+    transform_flags flags;
+  };
+  auto o = std::make_shared<options>();
+  CLI::App* sub = app.add_subcommand("merge", "Merge a distributed checkpoint into one file of full tensors");
+  sub->add_option("--src-dir", o->src_dir, "the source checkpoint: SRC_DIR/rank_<r>/<last *.ckpt or *.safetensors>")
+      ->required();
+  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt)")->required();
+  sub->add_option("--src-strategy", o->src_strategy, "the source strategy file; none = unsplit on one rank");
+  add_transform_flags(sub, o->flags, false, false);
+
+  return {sub, [o] {
+            const auto s = io::merge_checkpoints(o->src_dir, o->out, o->src_strategy, transform_options_of(o->flags));
+            print_summary("reshard merge", "merged " + o->src_dir + " -> " + o->out, s, o->flags.json);
+          }};
+}
+
+}  // namespace reshard::cli

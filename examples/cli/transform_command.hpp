@@ -1,0 +1,43 @@
+// examples/cli/transform_command.hpp: `reshard transform`: a whole distributed checkpoint from
+// one strategy to another (MindSpore's transform_checkpoints), any M ranks to any N ranks.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "transform_common.hpp"
+
+namespace reshard::cli {
+
+inline command add_transform_command(CLI::App& app) {
+  struct options {
+    std::string src_dir, dst_dir, src_strategy, dst_strategy, prefix = "checkpoint_";
+    transform_flags flags;
+  };
+  auto o = std::make_shared<options>();
+  CLI::App* sub = app.add_subcommand(
+      "transform", "Convert a distributed checkpoint (SRC_DIR/rank_<r>/*.ckpt) from one strategy to another");
+  sub->add_option("--src-dir", o->src_dir, "the source checkpoint: SRC_DIR/rank_<r>/<last *.ckpt or *.safetensors>")
+      ->required();
+  sub->add_option("--dst-dir", o->dst_dir, "where to write DST_DIR/rank_<t>/<prefix><t>.ckpt")->required();
+  sub->add_option("--src-strategy", o->src_strategy,
+                  "the source strategy file (protobuf, or JSON if *.json); none = unsplit on one rank");
+  sub->add_option("--dst-strategy", o->dst_strategy, "the target strategy file; none = unsplit on one rank");
+  sub->add_option("--prefix", o->prefix, "file name prefix of the outputs (default checkpoint_)");
+  add_transform_flags(sub, o->flags, true, true);
+  sub->footer(
+      "Example (8 ranks to 4):\n"
+      "  reshard transform --src-dir train --dst-dir tune \\\n"
+      "                    --src-strategy train_strategy.ckpt --dst-strategy tune_strategy.ckpt");
+
+  return {sub, [o] {
+            const auto s = io::transform_checkpoints(o->src_dir, o->dst_dir, o->prefix, o->src_strategy,
+                                                     o->dst_strategy, transform_options_of(o->flags));
+            print_summary("reshard transform",
+                          "transformed " + o->src_dir + " -> " + o->dst_dir + " (" + std::to_string(s.files) +
+                              " target rank" + (s.files == 1 ? "" : "s") + ", " + o->flags.format + ")",
+                          s, o->flags.json);
+          }};
+}
+
+}  // namespace reshard::cli

@@ -1,0 +1,130 @@
+// examples/cli/transform_common.hpp: what the checkpoint subcommands (transform, transform-rank,
+// merge, split, convert) share: their common options, the progress bar and the summary.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <reshard/io/transform.hpp>
+
+#include "common.hpp"
+
+namespace reshard::cli {
+
+/// Options every checkpoint-writing subcommand takes.
+struct transform_flags {
+  std::string format = "ckpt";
+  unsigned jobs = 1;
+  bool force = false, crc = false, no_verify_crc = false, progress = false, json = false;
+};
+
+inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_format, bool with_jobs) {
+  if (with_format)
+    sub->add_option("--format", f.format, "format of the files written: ckpt (default) or safetensors")
+        ->check(CLI::IsMember({"ckpt", "safetensors"}));
+  if (with_jobs)
+    sub->add_option("--jobs,-j", f.jobs, "target files written in parallel (default 1; 0 = one per core)");
+  sub->add_flag("--force", f.force, "replace existing output files");
+  sub->add_flag("--crc", f.crc, "end every ckpt file written with MindSpore's crc_num trailer");
+  sub->add_flag("--no-verify-crc", f.no_verify_crc, "do not check the crc_num trailers of the source files");
+  sub->add_flag("--progress", f.progress, "show a progress bar on stderr (the default when stderr is a terminal)");
+  sub->add_flag("--json", f.json, "print the summary as JSON");
+}
+
+/// A one-line progress bar on stderr, redrawn at most 10 times a second.
+class progress_bar {
+ public:
+  void operator()(const io::transform_progress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool done = p.files_done == p.files_total;
+    if (!done && drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    drawn_ = true;
+    const double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total)
+                                      : static_cast<double>(p.files_done) / static_cast<double>(p.files_total);
+    constexpr int width = 30;
+    const int fill = static_cast<int>(frac * width);
+    std::string bar(static_cast<std::size_t>(fill), '#');
+    bar.resize(width, '.');
+    std::string name(p.parameter.substr(0, 40));
+    std::fprintf(stderr, "\r%3d%% [%s] %s / %s  %zu/%zu files  rank %lld %s\033[K", static_cast<int>(frac * 100),
+                 bar.c_str(), short_bytes(static_cast<double>(p.bytes_done)).c_str(),
+                 short_bytes(static_cast<double>(p.bytes_total)).c_str(), p.files_done, p.files_total,
+                 static_cast<long long>(p.rank), name.c_str());
+    if (done) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+  static std::string short_bytes(double b) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) b /= 1024, ++u;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+    return buf;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_{};
+  bool drawn_ = false;
+};
+
+/// The library options from the flags (a progress bar when asked or when stderr is a terminal).
+inline io::transform_options transform_options_of(const transform_flags& f) {
+  io::transform_options o;
+  o.format = f.format == "safetensors" ? io::checkpoint_format::safetensors : io::checkpoint_format::ckpt;
+  o.jobs = f.jobs;
+  o.force = f.force;
+  o.crc = f.crc;
+  o.verify_crc = !f.no_verify_crc;
+  if (f.progress || ::isatty(STDERR_FILENO)) {
+    auto bar = std::make_shared<progress_bar>();
+    o.progress = [bar](const io::transform_progress& p) { (*bar)(p); };
+  }
+  return o;
+}
+
+/// Prints the warnings on stderr and the summary on stdout (text or JSON).
+inline void print_summary(const std::string& prog, const std::string& what, const io::transform_summary& s,
+                          bool json) {
+  for (const auto& w : s.warnings) std::cerr << prog << ": warning: " << w << '\n';
+  if (json) {
+    nlohmann::json j;
+    j["files"] = s.files;
+    j["outputs"] = nlohmann::json::array();
+    for (const auto& p : s.outputs) j["outputs"].push_back(p.string());
+    j["sliced"] = s.sliced;
+    j["copied"] = s.copied;
+    j["source_files"] = s.source_files;
+    j["source_bytes"] = s.source_bytes;
+    j["bytes_read"] = s.bytes_read;
+    j["bytes_written"] = s.bytes_written;
+    j["seconds"] = s.seconds;
+    j["throughput_bytes_per_second"] = s.throughput();
+    j["peak_rss_bytes"] = s.peak_rss_bytes;
+    j["warnings"] = s.warnings;
+    print_json(std::cout, j);
+    return;
+  }
+  char time[64];
+  std::snprintf(time, sizeof time, "%.3f s", s.seconds);
+  std::cout << what << '\n'
+            << "  files written   " << s.files << " (" << s.sliced << " tensors sliced, " << s.copied
+            << " parameters copied unchanged)\n"
+            << "  sources read    " << s.source_files << " file" << (s.source_files == 1 ? "" : "s") << " of "
+            << format_bytes(static_cast<double>(s.source_bytes)) << "; tensor bytes copied "
+            << format_bytes(static_cast<double>(s.bytes_read)) << '\n'
+            << "  bytes written   " << format_bytes(static_cast<double>(s.bytes_written)) << '\n'
+            << "  time            " << time << ", " << progress_bar::short_bytes(s.throughput()) << "/s written\n"
+            << "  peak memory     " << format_bytes(static_cast<double>(s.peak_rss_bytes))
+            << " (resident set of the process)\n";
+}
+
+}  // namespace reshard::cli

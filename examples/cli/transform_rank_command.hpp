@@ -1,0 +1,68 @@
+// examples/cli/transform_rank_command.hpp: `reshard transform-rank`: one target rank's checkpoint
+// from the source files it needs (MindSpore's transform_checkpoint_by_rank).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transform_common.hpp"
+
+namespace reshard::cli {
+
+/// "3=/path/file.ckpt" -> (3, path); none if malformed.
+inline std::optional<std::pair<std::int64_t, std::string>> parse_rank_file(const std::string& s) {
+  const auto eq = s.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) return std::nullopt;
+  std::int64_t r = 0;
+  for (std::size_t i = 0; i < eq; ++i) {
+    if (s[i] < '0' || s[i] > '9' || r > (std::int64_t{1} << 40)) return std::nullopt;
+    r = r * 10 + (s[i] - '0');
+  }
+  return std::pair{r, s.substr(eq + 1)};
+}
+
+inline command add_transform_rank_command(CLI::App& app) {
+  struct options {
+    std::int64_t rank = 0;
+    std::vector<std::string> checkpoints;
+    std::string out, src_strategy, dst_strategy;
+    transform_flags flags;
+  };
+  auto o = std::make_shared<options>();
+  CLI::App* sub = app.add_subcommand(
+      "transform-rank", "Write one target rank's checkpoint from the source files it needs (see rank-list)");
+  sub->add_option("--rank", o->rank, "the target rank")->required()->check(CLI::NonNegativeNumber);
+  sub->add_option("--checkpoint", o->checkpoints, "a source file as SRC_RANK=FILE (repeat, or list several)")
+      ->required()
+      ->check([](const std::string& v) {
+        return parse_rank_file(v) ? std::string() : "'" + v + "' is not SRC_RANK=FILE";
+      });
+  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt)")->required();
+  sub->add_option("--src-strategy", o->src_strategy, "the source strategy file; none = unsplit on one rank");
+  sub->add_option("--dst-strategy", o->dst_strategy, "the target strategy file; none = unsplit on one rank");
+  add_transform_flags(sub, o->flags, false, false);
+  sub->footer(
+      "Example (target rank 1 of 4, from the source ranks `reshard rank-list --rank 1 ...` printed):\n"
+      "  reshard transform-rank --rank 1 --checkpoint 1=train/rank_1/net.ckpt 2=train/rank_2/net.ckpt \\\n"
+      "      3=train/rank_3/net.ckpt --out tune_1.ckpt \\\n"
+      "      --src-strategy train_strategy.ckpt --dst-strategy tune_strategy.ckpt");
+
+  return {sub, [o] {
+            std::map<std::int64_t, std::filesystem::path> files;
+            for (const auto& c : o->checkpoints) {
+              const auto rf = *parse_rank_file(c);
+              if (!files.emplace(rf.first, rf.second).second)
+                report_error("--checkpoint: source rank " + std::to_string(rf.first) + " is given twice");
+            }
+            const auto s = io::transform_checkpoint_by_rank(o->rank, files, o->out, o->src_strategy, o->dst_strategy,
+                                                            transform_options_of(o->flags));
+            print_summary("reshard transform-rank",
+                          "wrote target rank " + std::to_string(o->rank) + " to " + o->out + " from " +
+                              std::to_string(files.size()) + " source file" + (files.size() == 1 ? "" : "s"),
+                          s, o->flags.json);
+          }};
+}
+
+}  // namespace reshard::cli
