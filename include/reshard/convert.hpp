@@ -230,6 +230,7 @@ inline void split(const layout& l, const std::byte* full, std::span<std::byte* c
 /// Only one replica of each region is read; the others may be null.
 inline void merge(const layout& l, std::span<const std::byte* const> shards, std::byte* full,
                   std::size_t element_bytes, convert_options o = {}) {
+  validate(l, "merge: layout");  // split() validates through plan(); merge must too
   // Read each region from the first owner that has a buffer.
   const detail::geometry g = detail::make_geometry(l);
   if (shards.size() != static_cast<std::size_t>(g.ranks))

@@ -345,14 +345,25 @@ inline layout layout_from_json(const nlohmann::json& j, std::string_view what) {
 
 /// Parses a layout from JSON text; syntax errors name the line and column.
 inline layout layout_from_json_text(std::string_view text, std::string_view what) {
+  // A layout nests 3 deep; refuse deep nesting while parsing (printing or copying a value recurses
+  // once per level, and nlohmann before 3.10 also destroyed values recursively).
+  constexpr int max_depth = 64;
+  const nlohmann::json::parser_callback_t limit = [&](int depth, nlohmann::json::parse_event_t event,
+                                                      nlohmann::json&) {
+    if ((event == nlohmann::json::parse_event_t::object_start ||
+         event == nlohmann::json::parse_event_t::array_start) && depth >= max_depth)
+      detail::json_error(what, "not a layout: JSON nests arrays and objects deeper than " +
+                                   std::to_string(max_depth) + " levels");
+    return true;
+  };
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
+    j = nlohmann::json::parse(text.begin(), text.end(), limit);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     // e.what() = "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
     std::string m = e.what();
-    const auto at = m.find("parse error");
-    if (at != std::string::npos) m.erase(0, at);
+    const auto at = m.find("] ");
+    if (m.rfind("[json.exception.", 0) == 0 && at != std::string::npos) m.erase(0, at + 2);
     detail::json_error(what, "not valid JSON: " + m);
   }
   return layout_from_json(j, what);

@@ -239,6 +239,10 @@ class safetensors_writer {
         if (!fresh && it->second != "Int4")
           report_error(who + "metadata key " + detail::quote_name(t.name) + " is taken by " +
                        detail::quote_name(it->second) + ", needed for the Int4 marker");
+      } else if (t.type == dtype::int8) {
+        if (auto it = metadata.find(t.name); it != metadata.end() && it->second == "Int4")
+          report_error(who + "metadata " + detail::quote_name(t.name) +
+                       " = 'Int4' would make this Int8 tensor read back as Int4");
       }
       if (!st) report_error(who + "dtype " + std::string(ms_name(t.type)) + " has no safetensors equivalent");
       auto bytes = byte_size(t.type, t.shape);

@@ -172,7 +172,7 @@ inline std::string encode_parallel_layouts(const param_layout& l, const std::str
     if (axes.empty()) report_error(who + "tensor_map has an empty entry (unsplit is {-1})");
     for (auto a : axes) to_int32(a, who, "tensor_map");
   }
-  if (l.tuple_form && !l.tensor_map.empty()) {
+  if (l.tuple_form) {  // a 0-d tuple layout too: two empty TensorMaps, or it would read back ordinary
     for (const auto& axes : l.tensor_map) w.bytes_field(2, encode_dims_message(axes));
     for (std::size_t i = l.tensor_map.size(); i < 2; ++i) w.bytes_field(2, "");
   } else {

@@ -18,13 +18,22 @@
 
 namespace reshard::io::detail {
 
+/// Deepest nesting of JSON arrays and objects the readers accept (MindSpore's strategy files and
+/// safetensors headers nest at most 5 deep). Deeper input is refused while it is parsed: the
+/// parser itself is iterative, but printing (json_excerpt) and copying a value recurse once per
+/// level, and a 100000-deep value overflowed the stack.
+inline constexpr int json_max_depth = 64;
+
 /// Parses `text` as JSON of type J (nlohmann::json or nlohmann::ordered_json); `prefix` starts
 /// every error message ("safetensors: /a/b.safetensors: ").
 template <class J>
 J parse_json_strict(std::string_view text, const std::string& prefix) {
   std::vector<std::set<std::string>> keys;  // keys seen in each open object
-  typename J::parser_callback_t check = [&](int, typename J::parse_event_t event, J& parsed) {
+  typename J::parser_callback_t check = [&](int depth, typename J::parse_event_t event, J& parsed) {
     using ev = typename J::parse_event_t;
+    if ((event == ev::object_start || event == ev::array_start) && depth >= json_max_depth)
+      report_error(prefix + "JSON nests arrays and objects deeper than " + std::to_string(json_max_depth) +
+                   " levels");
     if (event == ev::object_start) {
       keys.emplace_back();
     } else if (event == ev::object_end) {

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds the tests with AddressSanitizer and UndefinedBehaviorSanitizer (g++-12,
+# -fsanitize=address,undefined -fno-sanitize-recover=all) in build-asan/ and runs them with
+# ctest: the properties and unit tests (verify/), the file formats against Python (verify/io/),
+# and the fuzz targets replaying their corpora plus their regressions (fuzz/).
+#
+# Left out to keep CI within its time (a sanitized build of everything takes about 45 minutes of
+# CPU): the CLI and its tests (verify/cli/), the examples, the self-containment objects (they only
+# compile), the packaging tests (label consumer) and the benchmarks; and MPI (Open MPI itself is
+# not leak-clean). Warnings are not errors here: GCC's sanitizer instrumentation produces false
+# -Wstringop-overflow warnings, and scripts/test.sh checks the warnings without sanitizers.
+#
+# Any sanitizer report fails the script, even one from a process whose exit status a test does
+# not check: reports go to build-asan/sanitizer/ and the script fails if that directory is not
+# empty after ctest.
+#
+# Environment: RESHARD_JOBS (default nproc), RC_PARAMS (default max_success=200: RapidCheck
+# runs slower under the sanitizers; scripts/test.sh runs 1000), RESHARD_ASAN_BUILD_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=${RESHARD_ASAN_BUILD_DIR:-build-asan}
+jobs=${RESHARD_JOBS:-$(nproc)}
+export RC_PARAMS=${RC_PARAMS:-max_success=200}
+sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+echo "sanitize.sh: g++ with $sanitizers, RC_PARAMS=$RC_PARAMS, $jobs jobs, in $build_dir/"
+
+# -O1: the sanitizers' usual level; Debug adds -g.
+cmake -S . -B "$build_dir" \
+  -DCMAKE_CXX_COMPILER=g++-12 \
+  -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS="-O1 $sanitizers" \
+  -DCMAKE_EXE_LINKER_FLAGS="$sanitizers" \
+  -DCMAKE_SHARED_LINKER_FLAGS="$sanitizers" \
+  -DRESHARD_WERROR=OFF \
+  -DRESHARD_BUILD_TESTS=ON \
+  -DRESHARD_BUILD_FUZZ=ON \
+  -DRESHARD_BUILD_EXAMPLES=OFF \
+  -DRESHARD_BUILD_CLI=OFF \
+  -DRESHARD_BUILD_BENCH=OFF \
+  -DRESHARD_INSTALL=OFF \
+  -DRESHARD_MPI=OFF
+
+# the test executables only: verify_* and fuzz_*
+mapfile -t targets < <(cmake --build "$build_dir" --target help |
+  sed -n 's/^\.\.\. \(verify_[a-z0-9_]*\|fuzz_[a-z0-9_]*\)$/\1/p' | sort)
+echo "sanitize.sh: building ${#targets[@]} test executables"
+cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}"
+
+reports="$PWD/$build_dir/sanitizer"
+rm -rf "$reports"
+mkdir -p "$reports"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:check_initialization_order=1:strict_string_checks=1:detect_stack_use_after_return=1:log_path=$reports/asan"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$reports/ubsan"
+export LSAN_OPTIONS="log_path=$reports/lsan"
+
+status=0
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -L "verify|fuzz" || status=$?
+
+if compgen -G "$reports/*" > /dev/null; then
+  echo "sanitize.sh: sanitizer reports:"
+  for f in "$reports"/*; do
+    echo "==== $f"
+    head -60 "$f"
+  done
+  status=1
+fi
+if (( status != 0 )); then
+  echo "sanitize.sh: FAILED"
+  exit "$status"
+fi
+echo "sanitize.sh: all tests passed under ASan+UBSan, no sanitizer report"
