@@ -11,9 +11,12 @@
 //   memcpy_runs  a raw loop of memcpy calls with the same runs and strides as reshard's copies
 // bytes_per_second counts each byte once (bytes copied per second).
 // Note: glibc's memcpy switches to non-temporal stores at glibc.cpu.x86_non_temporal_threshold
-// (192 MiB on the reference machine), so the one-thread whole-buffer memcpy (256 MiB in one call)
-// skips the read-for-ownership traffic that every smaller copy pays (its two-thread halves, the
-// raw loop, reshard's copies): see docs/benchmarks.md.
+// (3/4 of the last-level cache the system reports; 192 MiB on the reference machine), so the
+// one-thread whole-buffer memcpy (256 MiB in one call) skips the read-for-ownership traffic that
+// smaller copies pay (its two-thread halves of 128 MiB, the raw loop's runs). reshard::convert
+// makes the same choice for a whole call (convert_options::streaming_bytes, same default
+// threshold): this 256 MiB call streams, and it walks the source row by row for all the targets
+// that read that row. See docs/benchmarks.md.
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>

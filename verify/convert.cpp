@@ -93,6 +93,26 @@ RC_GTEST_PROP(Convert, UnreadSourceBuffersMayBeNull, (const layout_pair& lp)) {
   RC_LAW(laws::same_shards(lp.dst, out, laws::naive_split(lp.dst, x, elem), elem, ctx(lp, elem)));
 }
 
+// Streaming (non-temporal) stores, forced on with streaming_bytes = 1, copy the same bytes: runs
+// of any length and alignment, grouped jobs, 1 and 2 threads.
+RC_GTEST_PROP(Convert, StreamingStoresGiveTheSameShards, (const layout_pair& lp)) {
+  const std::size_t elem = *verify::element_sizes();
+  const bytes x = laws::distinct_tensor(lp.src.shape, elem, 6);
+  const transfer_plan p = plan(lp.src, lp.dst);
+  const shard_set a = laws::split_shards(lp.src, x, elem);
+  const shard_set want = laws::naive_split(lp.dst, x, elem);
+  for (unsigned threads : {1u, 2u}) {
+    shard_set out = laws::blank_shards(lp.dst, elem);
+    auto sp = a.cptrs();
+    auto dp = out.ptrs();
+    convert(p, std::span<const std::byte* const>(sp), std::span<std::byte* const>(dp), elem,
+            {.threads = threads, .streaming_bytes = 1});
+    RC_LAW(laws::same_shards(lp.dst, out, want, elem,
+                             "streaming with " + std::to_string(threads) + " threads " +
+                                 ctx(lp, elem)));
+  }
+}
+
 // The typed overload (spans of T, sizes checked) does what the byte overload does.
 RC_GTEST_PROP(Convert, TypedOverloadMatchesBytes, (const layout_pair& lp)) {
   const bytes x = laws::distinct_tensor(lp.src.shape, sizeof(std::uint16_t), 5);
@@ -138,6 +158,16 @@ TEST(Convert, LargeTensorsAgreeAcrossThreadCounts) {
       EXPECT_LAW(
           laws::same_shards(lp.dst, laws::convert_shards(p, a, elem, threads), want, elem,
                             "with " + std::to_string(threads) + " threads " + ctx(lp, elem)));
+    for (unsigned threads : {1u, 2u}) {  // streaming stores forced on
+      shard_set out = laws::blank_shards(lp.dst, elem);
+      auto sp = a.cptrs();
+      auto dp = out.ptrs();
+      convert(p, std::span<const std::byte* const>(sp), std::span<std::byte* const>(dp), elem,
+              {.threads = threads, .streaming_bytes = 1});
+      EXPECT_LAW(laws::same_shards(lp.dst, out, want, elem,
+                                   "streaming with " + std::to_string(threads) + " threads " +
+                                       ctx(lp, elem)));
+    }
     EXPECT_LAW(laws::same_tensor(
         laws::merge_shards(lp.dst, laws::convert_shards(p, a, elem, 2).cptrs(), elem, 2), x, elem,
         "merge with 2 threads " + ctx(lp, elem)));
@@ -146,6 +176,38 @@ TEST(Convert, LargeTensorsAgreeAcrossThreadCounts) {
     threaded += moved * static_cast<index_t>(elem) >= (index_t{1} << 20) ? 1 : 0;
   }
   EXPECT_GE(threaded, 6) << "too few cases reach the threaded path";
+}
+
+// The copy engine's shapes, each 4-8 MiB so that threads run: 16 targets taking column blocks of
+// the same source rows (one group of 16 strided jobs), two targets walking a 3-d source alike
+// (a group with two outer dims), and single runs of 4 MiB cut into pieces across threads.
+TEST(Convert, GroupedJobsAndSplitRunsAgreeWithSlicing) {
+  const std::size_t elem = 4;
+  const std::vector<std::pair<layout, layout>> cases = {
+      {full_layout({256, 4096}), mindspore_layout({16}, {-1, 0}, {256, 4096})},
+      {mindspore_layout({2}, {-1, -1, 0}, {8, 64, 2048}),
+       mindspore_layout({2, 4}, {-1, 1, 0}, {8, 64, 2048})},
+      {full_layout({2048, 1024}), mindspore_layout({2}, {0, -1}, {2048, 1024})},
+      {mindspore_layout({4}, {0, -1}, {2048, 1024}), mindspore_layout({3}, {-1, 0}, {2048, 1024},
+                                                                      {.mode = split_mode::balanced})}};
+  for (const auto& [a, b] : cases) {
+    const transfer_plan p = plan(a, b);
+    const bytes x = laws::distinct_tensor(a.shape, elem, 13);
+    const shard_set in = laws::split_shards(a, x, elem);
+    const shard_set want = laws::naive_split(b, x, elem);
+    for (unsigned threads : {1u, 2u, 3u})
+      for (std::size_t streaming : {std::size_t{0}, std::size_t{1}}) {
+        shard_set out = laws::blank_shards(b, elem);
+        auto sp = in.cptrs();
+        auto dp = out.ptrs();
+        convert(p, std::span<const std::byte* const>(sp), std::span<std::byte* const>(dp), elem,
+                {.threads = threads, .streaming_bytes = streaming});
+        EXPECT_LAW(laws::same_shards(b, out, want, elem,
+                                     to_string(a) + " -> " + to_string(b) + " with " +
+                                         std::to_string(threads) + " threads, streaming " +
+                                         std::to_string(streaming)));
+      }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <utility>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "reshard/error.hpp"
@@ -29,6 +30,11 @@ class extents {
     for (index_t v : values) push_back(v);
   }
   constexpr extents(size_type n, index_t value) {
+    if (n <= inline_capacity) {
+      for (size_type i = 0; i < n; ++i) small_[i] = value;
+      size_ = n;
+      return;
+    }
     for (size_type i = 0; i < n; ++i) push_back(value);
   }
   template <class It, class = decltype(*std::declval<It>(), ++std::declval<It&>())>
@@ -108,6 +114,17 @@ class extents {
     clear();
     resize(n, value);
   }
+  /// Replaces the entries with the `n` values at `p`.
+  constexpr void assign_n(const index_t* p, size_type n) {
+    if (n <= inline_capacity) {
+      big_.clear();
+      for (size_type i = 0; i < n; ++i) small_[i] = p[i];
+      size_ = n;
+      return;
+    }
+    clear();
+    for (size_type i = 0; i < n; ++i) push_back(p[i]);
+  }
   template <class It, class = decltype(*std::declval<It>(), ++std::declval<It&>())>
   constexpr void assign(It first, It last) {
     clear();
@@ -146,6 +163,10 @@ namespace detail {
 template <class T>
 constexpr std::vector<T> filled(std::size_t n, T v) {
   std::vector<T> out;
+  if (!std::is_constant_evaluated()) {  // one fill instead of n push_backs
+    out.assign(n, v);
+    return out;
+  }
   out.reserve(n);
   for (std::size_t i = 0; i < n; ++i) out.push_back(v);
   return out;

@@ -399,15 +399,26 @@ constexpr geometry make_geometry(const layout& l) {
       }
       later_leaves *= g.leaves[i];
     }
-    index_t id = 0;
-    for (index_t r = 0; r < g.ranks; ++r) {
-      g.rank_region[r] = id;
-      ++g.owner_start[id + 1];
-      for (std::size_t a = nd; a-- > 0;) {
-        id += weight[a];
-        if (++coord[a] < l.dev_matrix[a]) break;
-        id -= coord[a] * weight[a];
-        coord[a] = 0;
+    index_t* region_of = g.rank_region.data();
+    index_t* count = g.owner_start.data() + 1;
+    if (nd == 0) {
+      region_of[0] = 0;
+      ++count[0];
+    } else {
+      // the last axis in a tight loop; the others step once per row of it
+      const index_t last = l.dev_matrix[nd - 1], w = weight[nd - 1];
+      index_t id = 0;  // region of the row's first rank
+      for (index_t r = 0; r < g.ranks; r += last) {
+        for (index_t c = 0; c < last; ++c) {
+          region_of[r + c] = id + c * w;
+          ++count[id + c * w];
+        }
+        for (std::size_t a = nd - 1; a-- > 0;) {
+          id += weight[a];
+          if (++coord[a] < l.dev_matrix[a]) break;
+          id -= coord[a] * weight[a];
+          coord[a] = 0;
+        }
       }
     }
   } else {

@@ -7,13 +7,14 @@
 //   @post cross-rank elements == lower bound == sum over targets of the elements they lack;
 //   @post each (source, target) pair appears at most once (pieces are coalesced);
 //   @post apply(plan(A, B), shards of x under A) == shards of x under B.
-// Cost grows with the size of the plan (number of transfers), not with M * N: the pieces of a
-// target region are found by per-dim interval intersection (binary search in the source's slice
-// boundaries), computed once per distinct target region.
+// Cost grows with the size of the plan (number of transfers), not with M * N: per dim, one merge
+// of the two layouts' slice boundaries gives each target slice's overlapping source slices; the
+// pieces of each distinct target region are then an odometer over those lists, found once.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,6 +133,107 @@ constexpr index_t already_held(const geometry& s, const box& t_box, index_t t) {
 
 }  // namespace detail
 
+namespace detail {
+
+// The overlaps of one dim's target leaves with its source leaves, from one merge of the two
+// boundary lists: target leaf k meets the segments [first[k], first[k + 1]), in source order;
+// segment j lies in source leaf leaf[j] and covers [lo[j], lo[j] + len[j]).
+struct dim_overlaps {
+  std::vector<index_t> first, leaf, lo, len;
+};
+
+constexpr dim_overlaps overlaps(const extents& sb, const extents& tb) {
+  dim_overlaps o;
+  const std::size_t ns = sb.size() - 1, nt = tb.size() - 1;
+  o.first.reserve(nt + 1);
+  const std::size_t guess = ns + nt;  // every segment ends at a source or a target boundary
+  o.leaf.reserve(guess);
+  o.lo.reserve(guess);
+  o.len.reserve(guess);
+  std::size_t s = 0;  // the source leaf holding the target leaf's start; only moves forward
+  for (std::size_t k = 0; k < nt; ++k) {
+    o.first.push_back(static_cast<index_t>(o.leaf.size()));
+    const index_t a = tb[k], b = tb[k + 1];
+    if (b <= a) continue;
+    while (s + 1 < ns && sb[s + 1] <= a) ++s;
+    for (std::size_t j = s; j < ns && sb[j] < b; ++j) {
+      const index_t lo = sb[j] > a ? sb[j] : a;
+      const index_t hi = sb[j + 1] < b ? sb[j + 1] : b;
+      if (hi <= lo) continue;
+      o.leaf.push_back(static_cast<index_t>(j));
+      o.lo.push_back(lo);
+      o.len.push_back(hi - lo);
+    }
+  }
+  o.first.push_back(static_cast<index_t>(o.leaf.size()));
+  return o;
+}
+
+// The least-loaded replica of each source region, as one tournament tree per region with
+// several owners. Leaves are the region's owners in ascending rank order (padded to a power of
+// two with unbeatable loads); each inner node holds the leaf that wins below it, the lighter one,
+// the left one on a tie, i.e. the lowest rank. Taking the winner and adding to its load replays
+// its path to the root: one load comparison a level.
+struct sender_trees {
+  std::vector<index_t> base;  // per region: first slot of its tree and loads
+  std::vector<index_t> size;  // per region: leaves, a power of two (0: fewer than two owners)
+  std::vector<index_t> load;  // per slot: the elements leaf `slot - base` sends so far
+  std::vector<index_t> node;  // per slot: the winning leaf under node `slot - base` (1 = root)
+
+  constexpr explicit sender_trees(const geometry& g) {
+    const auto regions = static_cast<std::size_t>(g.regions);
+    base = filled<index_t>(regions, 0);
+    size = filled<index_t>(regions, 0);
+    index_t slots = 0;
+    for (std::size_t k = 0; k < regions; ++k) {
+      const index_t owners = g.owner_start[k + 1] - g.owner_start[k];
+      if (owners < 2) continue;
+      index_t p = 2;
+      while (p < owners) p *= 2;
+      base[k] = slots;
+      size[k] = p;
+      slots += 2 * p;
+    }
+    load = filled<index_t>(static_cast<std::size_t>(slots), 0);
+    node = filled<index_t>(static_cast<std::size_t>(slots), 0);
+    for (std::size_t k = 0; k < regions; ++k) {
+      const index_t p = size[k];
+      if (p == 0) continue;
+      const index_t owners = g.owner_start[k + 1] - g.owner_start[k];
+      index_t* l = load.data() + base[k];
+      index_t* w = node.data() + base[k];
+      for (index_t i = owners; i < p; ++i) l[i] = std::numeric_limits<index_t>::max();
+      for (index_t i = 0; i < p; ++i) w[p + i] = i;
+      for (index_t i = p - 1; i >= 1; --i) w[i] = w[2 * i];  // all loads 0: the leftmost wins
+    }
+  }
+
+  // The position among region k's owners of the least-loaded one, after adding v to its load.
+  constexpr index_t take(index_t k, index_t v) {
+    const index_t p = size[static_cast<std::size_t>(k)];
+    index_t* l = load.data() + base[static_cast<std::size_t>(k)];
+    index_t* w = node.data() + base[static_cast<std::size_t>(k)];
+    const index_t best = w[1];
+    l[best] += v;
+    // Up the path with the winner so far in registers: each level reads only the sibling's
+    // winner, never a node this walk just wrote, and picks without a branch (which side wins is
+    // data: a branch on it mispredicts half the time).
+    index_t cur = best, cur_load = l[best];
+    for (index_t i = p + best; i > 1; i /= 2) {
+      const index_t sib = w[i ^ 1], sib_load = l[sib];
+      const bool cur_right = (i & 1) != 0;  // then the sibling is left and wins ties
+      const bool sib_wins = sib_load < cur_load || (cur_right && sib_load == cur_load);
+      const index_t mask = -static_cast<index_t>(sib_wins);
+      cur ^= (cur ^ sib) & mask;
+      cur_load ^= (cur_load ^ sib_load) & mask;
+      w[i / 2] = cur;
+    }
+    return best;
+  }
+};
+
+}  // namespace detail
+
 /// Derives a minimal plan moving a tensor from layout `src` to layout `dst` (any rank counts).
 constexpr transfer_plan plan(const layout& src, const layout& dst) {
   validate(src, "plan: source layout");
@@ -140,70 +242,99 @@ constexpr transfer_plan plan(const layout& src, const layout& dst) {
   transfer_plan p{src, dst, {}};
   const detail::geometry gs = detail::make_geometry(src);
   const detail::geometry gd = detail::make_geometry(dst);
-  // Reserve for the most pieces each target can have: the product of its overlapping ranges,
-  // computed once per target region.
-  std::vector<index_t> bound = detail::filled<index_t>(static_cast<std::size_t>(gd.regions), 0);
-  for (index_t rd = 0; rd < gd.regions; ++rd) {
-    if (gd.owner_start[rd] == gd.owner_start[rd + 1]) continue;
-    const detail::piece_ranges pr = detail::overlapping_leaves(gs, gd.region_box(rd));
-    if (pr.empty) continue;
-    index_t n = 1;
-    for (std::size_t i = 0; i < pr.lo.size(); ++i) n *= pr.hi[i] - pr.lo[i];
-    bound[rd] = n;
+  const std::size_t n = src.shape.size();
+  // Per dim, which source leaves each target leaf meets (one linear merge per dim).
+  std::vector<detail::dim_overlaps> ov;
+  ov.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) ov.push_back(detail::overlaps(gs.bounds[i], gd.bounds[i]));
+  // The pieces of every target region that has an owner, found once with an odometer over the
+  // target leaves and the segments (no division, no search): piece q of region k is
+  // [piece_first[k], piece_first[k + 1]), its source region piece_src[q], its box
+  // piece_lo / piece_len[q * n .. q * n + n). The last dim runs fastest, as in for_each_piece.
+  const auto nregions = static_cast<std::size_t>(gd.regions);
+  // pass 1: piece counts, the product of the segment counts of the region's leaves
+  std::vector<index_t> piece_first = detail::filled<index_t>(nregions + 1, 0);
+  std::vector<index_t> k = detail::filled<index_t>(n, 0), seg = detail::filled<index_t>(n, 0);
+  for (std::size_t rd = 0; rd < nregions; ++rd) {
+    index_t count = gd.owner_start[rd] != gd.owner_start[rd + 1] ? 1 : 0;
+    for (std::size_t i = 0; i < n; ++i) count *= ov[i].first[k[i] + 1] - ov[i].first[k[i]];
+    piece_first[rd + 1] = piece_first[rd] + count;
+    for (std::size_t i = n; i-- > 0;) {  // next target region, row-major
+      if (++k[i] < gd.leaves[i]) break;
+      k[i] = 0;
+    }
+  }
+  // pass 2: the pieces
+  const auto pieces = static_cast<std::size_t>(piece_first[nregions]);
+  std::vector<index_t> piece_src = detail::filled<index_t>(pieces, 0);
+  std::vector<index_t> piece_vol = detail::filled<index_t>(pieces, 0);
+  std::vector<index_t> piece_lo = detail::filled<index_t>(pieces * n, 0);
+  std::vector<index_t> piece_len = detail::filled<index_t>(pieces * n, 0);
+  for (std::size_t i = 0; i < n; ++i) k[i] = 0;
+  for (std::size_t rd = 0, q = 0; rd < nregions; ++rd) {
+    if (piece_first[rd + 1] > piece_first[rd]) {
+      for (std::size_t i = 0; i < n; ++i) seg[i] = ov[i].first[k[i]];
+      while (true) {
+        index_t id = 0, vol = 1;
+        for (std::size_t i = 0; i < n; ++i) {
+          const auto j = static_cast<std::size_t>(seg[i]);
+          id = id * gs.leaves[i] + ov[i].leaf[j];
+          piece_lo[q * n + i] = ov[i].lo[j];
+          piece_len[q * n + i] = ov[i].len[j];
+          vol *= ov[i].len[j];
+        }
+        piece_src[q] = id;
+        piece_vol[q] = vol;
+        ++q;
+        bool done = true;
+        for (std::size_t i = n; i-- > 0;) {
+          if (++seg[i] < ov[i].first[k[i] + 1]) {
+            done = false;
+            break;
+          }
+          seg[i] = ov[i].first[k[i]];
+        }
+        if (done) break;
+      }
+    }
+    for (std::size_t i = n; i-- > 0;) {
+      if (++k[i] < gd.leaves[i]) break;
+      k[i] = 0;
+    }
   }
   std::size_t total = 0;
-  for (index_t r = 0; r < gd.ranks; ++r)
-    total += static_cast<std::size_t>(bound[gd.rank_region[r]]);
+  for (index_t r = 0; r < gd.ranks; ++r) {
+    const index_t rd = gd.rank_region[r];
+    total += static_cast<std::size_t>(piece_first[rd + 1] - piece_first[rd]);
+  }
   p.transfers.reserve(total);
   // Least-loaded replica: each source rank owns one region, so the candidates for a piece of
-  // region k are k's owners, and their loads come from k's pieces alone. One min-heap of
-  // (elements sent, owner) per region, laid out like gs.owners: O(log g) a piece, not O(g).
-  using entry = std::pair<index_t, index_t>;
-  std::vector<entry> heap;
-  heap.reserve(gs.owners.size());
-  for (index_t o : gs.owners) heap.push_back({0, o});  // ascending: already a min-heap
-  const auto later = [](const entry& a, const entry& b) { return a > b; };
-  index_t t = 0;
-  const auto emit = [&](index_t region, const box& b) {
-    if (gs.holds(t, region)) {
-      p.transfers.push_back({t, t, b});
-      return;
-    }
-    const auto first = heap.begin() + gs.owner_start[region];
-    const auto last = heap.begin() + gs.owner_start[region + 1];
-    std::pop_heap(first, last, later);
-    (last - 1)->first += volume(b);
-    const index_t best = (last - 1)->second;
-    std::push_heap(first, last, later);
-    p.transfers.push_back({best, t, b});
-  };
-  // The pieces of a target region held by several ranks are found once, on its first rank,
-  // and kept for its replicas; a region with one owner is walked directly.
-  struct piece {
-    index_t region;
-    box where;
-  };
-  std::vector<piece> cache;
-  const auto nregions = static_cast<std::size_t>(gd.regions);
-  std::vector<index_t> cache_begin = detail::filled<index_t>(nregions, -1);
-  std::vector<index_t> cache_end = detail::filled<index_t>(nregions, -1);
+  // region k are k's owners, and their loads come from k's pieces alone. One tournament tree of
+  // (elements sent, owner) per region: O(log g) a piece, not O(g).
+  detail::sender_trees senders(gs);
   // Targets in rank order; a piece the target holds in `src` is a local copy, any other piece
   // comes from the least-loaded replica of its region.
   for (index_t r = 0; r < gd.ranks; ++r) {
-    t = gd.first_rank + r;
+    const index_t t = gd.first_rank + r;
     const index_t rd = gd.rank_region[r];
-    if (gd.owner_start[rd + 1] - gd.owner_start[rd] == 1) {
-      detail::for_each_piece(gs, gd.region_box(rd), emit);
-      continue;
+    const index_t mine = t - gs.first_rank >= 0 && t - gs.first_rank < gs.ranks
+                             ? gs.rank_region[t - gs.first_rank]
+                             : -1;
+    for (index_t q = piece_first[rd]; q < piece_first[rd + 1]; ++q) {
+      const index_t region = piece_src[q];
+      transfer& x = p.transfers.emplace_back();
+      x.dst = t;
+      const auto at = static_cast<std::size_t>(q) * n;
+      x.where.offset.assign_n(piece_lo.data() + at, n);
+      x.where.extent.assign_n(piece_len.data() + at, n);
+      if (region == mine) {
+        x.src = t;
+        continue;
+      }
+      const index_t o_begin = gs.owner_start[region], g = gs.owner_start[region + 1] - o_begin;
+      x.src = g == 1 ? gs.owners[o_begin]
+                     : gs.owners[o_begin + senders.take(region, piece_vol[q])];
     }
-    if (cache_begin[rd] < 0) {
-      cache_begin[rd] = static_cast<index_t>(cache.size());
-      detail::for_each_piece(gs, gd.region_box(rd),
-                             [&](index_t region, const box& b) { cache.push_back({region, b}); });
-      cache_end[rd] = static_cast<index_t>(cache.size());
-    }
-    for (index_t k = cache_begin[rd]; k < cache_end[rd]; ++k)
-      emit(cache[static_cast<std::size_t>(k)].region, cache[static_cast<std::size_t>(k)].where);
   }
   return p;
 }
