@@ -13,6 +13,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin
   python3 python3-protobuf python3-numpy
+  strace util-linux
 )
 
 missing=()

@@ -3,10 +3,20 @@
 //
 // Exit codes: 0 success; 1 bad input (a layout, a file, an impossible request); 2 usage (unknown
 // option, missing option, bad option value); 3 internal error (a bug: please report it).
+//
+// Started by an MPI launcher as K processes (`mpirun -n K reshard transform ...`), `reshard
+// transform` splits its target ranks among them (reshard/mpi/transform.hpp) and process 0 alone
+// prints; the other subcommands run as one process only. A program built without MPI refuses
+// to run as several processes, which would all write the same files.
+#include <csignal>
 #include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
+
+#ifdef RESHARD_CLI_MPI
+#include <mpi.h>
+#endif
 
 #include "common.hpp"
 #include "convert_command.hpp"
@@ -21,9 +31,11 @@
 #include "transform_rank_command.hpp"
 #include "reshard/version.hpp"
 
+namespace {
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace reshard;
+  const bool speaks = cli::processes().index == 0;  // only process 0 prints
   CLI::App app{"reshard: layouts of distributed tensors, minimal redistribution plans and MindSpore "
                "checkpoint transformation (MindSpore, DTensor and JAX layouts; any number of ranks M -> N)",
                "reshard"};
@@ -52,7 +64,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (e.get_exit_code() == 0) return speaks ? app.exit(e) : 0;  // --help, --version
+    if (!speaks) return 2;
     std::string message = e.what();
     if (app.get_subcommands().empty() && dynamic_cast<const CLI::RequiredError*>(&e)) {
       std::string names;
@@ -68,15 +81,50 @@ int main(int argc, char** argv) {
     std::cerr << prog() << ": " << message << " (see '" << prog() << " --help')\n";
     return 2;
   }
+  if (cli::processes().size > 1 && app.get_subcommands().front()->get_name() != "transform") {
+    if (speaks)
+      std::cerr << prog() << ": runs as one process; of the subcommands only 'reshard transform' runs as "
+                << cli::processes().size << " processes (mpirun -n " << cli::processes().size
+                << "): start this one without mpirun\n";
+    return 2;
+  }
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) c.run();
   } catch (const reshard::error& e) {
-    std::cerr << prog() << ": " << e.what() << '\n';
+    if (speaks) std::cerr << prog() << ": " << e.what() << '\n';
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << prog() << ": internal error (please report it): " << e.what() << '\n';
+    if (speaks) std::cerr << prog() << ": internal error (please report it): " << e.what() << '\n';
     return 3;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A write beyond the file-size limit (ulimit -f) then fails with EFBIG, reported with the
+  // file's name, and the temporaries are removed, instead of SIGXFSZ killing the program.
+  std::signal(SIGXFSZ, SIG_IGN);
+  auto& group = reshard::cli::processes();
+  group = reshard::cli::launcher_environment();
+  if (!group.launched) return run(argc, argv);
+#ifdef RESHARD_CLI_MPI
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &group.index);
+  MPI_Comm_size(MPI_COMM_WORLD, &group.size);
+  group.mpi = true;
+  const int code = run(argc, argv);
+  MPI_Finalize();
+  return code;
+#else
+  if (group.size == 1) return run(argc, argv);
+  if (group.index == 0)
+    std::cerr << "reshard: started as " << group.size << " processes by an MPI launcher, but this reshard was "
+              << "built without MPI, and its processes would all write the same files: build it with MPI "
+              << "(an MPI installed, CMake option RESHARD_MPI=ON), or run it as one process\n";
+  return 2;
+#endif
 }

@@ -2,12 +2,31 @@
 // one strategy to another (MindSpore's transform_checkpoints), any M ranks to any N ranks.
 #pragma once
 
+#include <csignal>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "transform_common.hpp"
 
+#ifdef RESHARD_CLI_MPI
+#include <reshard/mpi/transform.hpp>
+#endif
+
 namespace reshard::cli {
+
+#ifdef RESHARD_CLI_MPI
+// Test-only: RESHARD_TEST_KILL_PROCESS=<p> makes process p of `mpirun -n K reshard transform`
+// kill itself (SIGKILL) once its first target file is written, as a crash would
+// (verify/mpi/transform.sh checks that no complete-looking wrong output is left).
+inline std::function<void(const io::transform_progress&)> test_kill_hook() {
+  const char* v = std::getenv("RESHARD_TEST_KILL_PROCESS");
+  if (!v || std::atoi(v) != processes().index) return {};
+  return [](const io::transform_progress& p) {
+    if (p.files_done >= 1) std::raise(SIGKILL);
+  };
+}
+#endif
 
 inline command add_transform_command(CLI::App& app) {
   struct options {
@@ -31,6 +50,22 @@ inline command add_transform_command(CLI::App& app) {
       "                    --src-strategy train_strategy.ckpt --dst-strategy tune_strategy.ckpt");
 
   return {sub, [o] {
+#ifdef RESHARD_CLI_MPI
+            if (processes().mpi) {  // mpirun -n K: the target ranks split among the K processes
+              mpi::parallel_transform_options po;
+              po.local_progress = test_kill_hook();
+              const auto s = mpi::transform_checkpoints(MPI_COMM_WORLD, o->src_dir, o->dst_dir, o->prefix,
+                                                        o->src_strategy, o->dst_strategy,
+                                                        transform_options_of(o->flags), po);
+              if (processes().index != 0) return;
+              std::string what = "transformed " + o->src_dir + " -> " + o->dst_dir + " (";
+              what.append(std::to_string(s.files)).append(" target rank").append(s.files == 1 ? "" : "s");
+              what.append(", ").append(o->flags.format).append(", ").append(std::to_string(s.shares.size()));
+              what.append(s.shares.size() == 1 ? " process)" : " processes)");
+              print_summary("reshard transform", what, s, o->flags.json, &s.shares);
+              return;
+            }
+#endif
             const auto s = io::transform_checkpoints(o->src_dir, o->dst_dir, o->prefix, o->src_strategy,
                                                      o->dst_strategy, transform_options_of(o->flags));
             print_summary("reshard transform",

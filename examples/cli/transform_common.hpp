@@ -3,11 +3,14 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -17,6 +20,44 @@
 #include "common.hpp"
 
 namespace reshard::cli {
+
+/// The processes this run of the program is: one, or K started together by an MPI launcher
+/// (`mpirun -n K reshard transform ...`), which `reshard transform` splits its target ranks among.
+struct process_group {
+  int index = 0;       ///< this process, 0 .. size-1
+  int size = 1;        ///< the processes started together
+  bool mpi = false;    ///< MPI is initialized (the program was built with MPI and started by mpirun)
+  bool launched = false;  ///< an MPI launcher started the program (its environment says so)
+};
+
+inline process_group& processes() {
+  static process_group g;
+  return g;
+}
+
+/// What the environment says about an MPI launcher: Open MPI's OMPI_COMM_WORLD_SIZE/RANK, or
+/// the PMI_SIZE/PMI_RANK of MPICH's and Intel MPI's Hydra. Started directly: {0, 1, not launched}.
+inline process_group launcher_environment() {
+  const auto number = [](const char* name) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return -1;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    return *end == '\0' && n >= 0 && n < (1L << 30) ? static_cast<int>(n) : -1;
+  };
+  process_group g;
+  for (const auto& [size, rank] : {std::pair{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                   std::pair{"PMI_SIZE", "PMI_RANK"}}) {
+    const int n = number(size), r = number(rank);
+    if (n >= 1 && r >= 0 && r < n) {
+      g.size = n;
+      g.index = r;
+      g.launched = true;
+      break;
+    }
+  }
+  return g;
+}
 
 /// Options every checkpoint-writing subcommand takes.
 struct transform_flags {
@@ -91,9 +132,10 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   return o;
 }
 
-/// Prints the warnings on stderr and the summary on stdout (text or JSON).
+/// Prints the warnings on stderr and the summary on stdout (text or JSON). `shares`: the target
+/// ranks of each process, when several processes wrote the files.
 inline void print_summary(const std::string& prog, const std::string& what, const io::transform_summary& s,
-                          bool json) {
+                          bool json, const std::vector<std::vector<std::int64_t>>* shares = nullptr) {
   for (const auto& w : s.warnings) std::cerr << prog << ": warning: " << w << '\n';
   if (json) {
     nlohmann::json j;
@@ -110,6 +152,7 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
     j["throughput_bytes_per_second"] = s.throughput();
     j["peak_rss_bytes"] = s.peak_rss_bytes;
     j["warnings"] = s.warnings;
+    if (shares) j["processes"] = *shares;
     print_json(std::cout, j);
     return;
   }
@@ -124,7 +167,13 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
             << "  bytes written   " << format_bytes(static_cast<double>(s.bytes_written)) << '\n'
             << "  time            " << time << ", " << progress_bar::short_bytes(s.throughput()) << "/s written\n"
             << "  peak memory     " << format_bytes(static_cast<double>(s.peak_rss_bytes))
-            << " (resident set of the process)\n";
+            << (shares ? " (resident set of the largest process)\n" : " (resident set of the process)\n");
+  if (shares) {
+    std::cout << "  processes       " << shares->size() << " (target ranks";
+    for (std::size_t p = 0; p < shares->size(); ++p)
+      std::cout << (p ? " | " : " ") << ((*shares)[p].empty() ? std::string("none") : format_ranks((*shares)[p]));
+    std::cout << ")\n";
+  }
 }
 
 }  // namespace reshard::cli

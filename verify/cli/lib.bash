@@ -74,6 +74,20 @@ expect_error() {
   fi
 }
 
+# scenario NAME: generates the scenario NAME of verify/python/ms_scenario.py (the script in $SC)
+# in $tmp/NAME; sets d, and the strategy arguments for the CLI in the array $strategies
+scenario() {
+  d=$tmp/$1
+  "$PY" "$SC" gen "$1" "$d" >/dev/null
+  strategies=()
+  local ss ds
+  ss=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['src_strategy'] or '')" "$d/scenario.json")
+  ds=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['dst_strategy'] or '')" "$d/scenario.json")
+  [[ -n $ss ]] && strategies+=(--src-strategy "$d/$ss")
+  [[ -n $ds ]] && strategies+=(--dst-strategy "$d/$ds")
+  return 0
+}
+
 finish() {
   echo "$passed passed, $failed failed"
   [[ $failed -eq 0 ]]

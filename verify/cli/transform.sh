@@ -11,18 +11,6 @@ SC="$SRC/verify/python/ms_scenario.py"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# scenario NAME: generates it in $tmp/NAME; sets d, and strategy arguments in $strategies
-scenario() {
-  d=$tmp/$1
-  "$PY" "$SC" gen "$1" "$d" >/dev/null
-  strategies=()
-  local ss ds
-  ss=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['src_strategy'] or '')" "$d/scenario.json")
-  ds=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['dst_strategy'] or '')" "$d/scenario.json")
-  [[ -n $ss ]] && strategies+=(--src-strategy "$d/$ss")
-  [[ -n $ds ]] && strategies+=(--dst-strategy "$d/$ds")
-  return 0
-}
 
 # check NAME OUT: the Python checker accepts OUT for the scenario in $d
 check() {

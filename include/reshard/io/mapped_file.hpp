@@ -3,24 +3,41 @@
 //
 // POSIX only. Errors are reshard::error naming the path and the errno text, prefixed with the
 // caller's context ("ckpt", "safetensors", ...).
+//
+// Temporaries. Every temporary reshard writes for a destination D is named
+// `D.reshard-<pid>.<suffix>` in D's directory: `D.reshard-<pid>.<n>.tmp` here, and the staged
+// outputs of the workflows `D.reshard-<pid>.part` (io/transform.hpp). None ends in `.ckpt` or
+// `.safetensors`, so no reader takes one for a checkpoint. A process killed while writing leaves
+// its temporaries; the next writer of D removes those whose process is no longer running
+// (remove_stale_temporaries).
+//
+// Test-only fault injection: with RESHARD_TEST_CRASH_AFTER=N in the environment, the process
+// SIGKILLs itself when its writers have made N units of progress, a unit being one byte written
+// or one rename: the first N units happen, the next does not (see docs/reliability.md). Unset,
+// it costs one relaxed atomic load per write(2) call.
 #pragma once
 
 #include <reshard/error.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -108,11 +125,92 @@ class mapped_file {
 };
 
 namespace detail {
+// -- test-only crash injection (RESHARD_TEST_CRASH_AFTER, see the top of this file)
+struct crash_injection {
+  std::atomic<std::uint64_t> limit{std::numeric_limits<std::uint64_t>::max()};  ///< max = off
+  std::atomic<std::uint64_t> used{0};
+  crash_injection() noexcept {
+    if (const char* v = std::getenv("RESHARD_TEST_CRASH_AFTER"); v && *v) {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long n = std::strtoull(v, &end, 10);
+      if (errno == 0 && *end == '\0' && v[0] != '-') limit.store(n);
+    }
+  }
+};
+inline crash_injection& crash_hook() noexcept {
+  static crash_injection h;
+  return h;
+}
+[[noreturn]] inline void crash_now() noexcept {
+  ::kill(::getpid(), SIGKILL);
+  ::_exit(128 + SIGKILL);
+}
+// Accounts for `units` units of progress; returns how many of them may happen (all of them
+// unless the injected crash is due: then the caller does that many and calls crash_now()).
+inline std::uint64_t crash_allowance(std::uint64_t units) noexcept {
+  auto& h = crash_hook();
+  const std::uint64_t limit = h.limit.load(std::memory_order_relaxed);
+  if (limit == std::numeric_limits<std::uint64_t>::max()) return units;
+  const std::uint64_t before = h.used.fetch_add(units);
+  return before >= limit ? 0 : std::min(units, limit - before);
+}
+// One unit (a rename that publishes a file): the process dies here if the crash is due.
+inline void crash_point() noexcept {
+  if (crash_allowance(1) == 0) crash_now();
+}
+
+// -- temporaries
+inline std::string temp_marker() { return ".reshard-"; }
+
 inline std::filesystem::path unique_temp_path(const std::filesystem::path& dest) {
   static std::atomic<std::uint64_t> counter{0};
   std::filesystem::path tmp = dest;
-  tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  std::string suffix = temp_marker();
+  suffix.append(std::to_string(::getpid())).append(".").append(std::to_string(counter.fetch_add(1))).append(".tmp");
+  tmp += suffix;
   return tmp;
+}
+
+// True if process `pid` runs (or may run: it exists but is not ours to signal) on this machine.
+inline bool process_alive(long long pid) noexcept {
+  if (pid <= 0 || pid > std::numeric_limits<::pid_t>::max()) return false;
+  return ::kill(static_cast<::pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+/// Removes the temporaries that killed processes left for destination `dest`: the regular files
+/// in its directory named `<dest name>.reshard-<pid>.<anything>` whose process <pid> is not
+/// running. A temporary of a running process (another writer, this one) is kept, and so is
+/// everything else. Best effort: returns how many files were removed; errors are ignored (a
+/// temporary that cannot be removed harms nothing but space).
+inline std::size_t remove_stale_temporaries(const std::filesystem::path& dest) noexcept {
+  std::size_t removed = 0;
+  try {
+    const std::filesystem::path dir = dest.parent_path().empty() ? std::filesystem::path(".") : dest.parent_path();
+    const std::string prefix = dest.filename().string() + temp_marker();
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return 0;
+    std::vector<std::string> stale;
+    while (const ::dirent* e = ::readdir(d)) {
+      const std::string_view name(e->d_name);
+      if (name.size() <= prefix.size() || name.substr(0, prefix.size()) != prefix) continue;
+      std::string_view rest = name.substr(prefix.size());
+      std::size_t digits = 0;
+      while (digits < rest.size() && digits < 12 && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
+      if (digits == 0 || digits + 1 >= rest.size() || rest[digits] != '.') continue;
+      const long long pid = std::stoll(std::string(rest.substr(0, digits)));
+      if (process_alive(pid)) continue;
+      stale.emplace_back(name);
+    }
+    ::closedir(d);
+    for (const auto& name : stale) {
+      const std::filesystem::path p = dir / name;
+      struct ::stat st {};
+      if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(p.c_str()) == 0) ++removed;
+    }
+  } catch (...) {  // std::bad_alloc from a path: nothing removed, nothing lost
+  }
+  return removed;
 }
 
 // rename(from, to) failing with EEXIST if `to` exists. Returns 0 or an errno value.
@@ -142,10 +240,13 @@ inline void fsync_directory(const std::filesystem::path& dir) noexcept {
 }  // namespace detail
 
 /// An output file that appears at its destination complete or not at all. Bytes go to a unique
-/// temporary `<destination>.tmp.<pid>.<n>` in the same directory; commit() flushes, fsyncs and
-/// renames it over the destination. The destructor of an uncommitted writer (an exception, an
-/// early return) removes the temporary. An existing destination is refused (at construction and
-/// again, atomically, at commit) unless `overwrite` is true.
+/// temporary `<destination>.reshard-<pid>.<n>.tmp` in the same directory; commit() flushes,
+/// fsyncs and renames it over the destination, then fsyncs the directory. The destructor of an
+/// uncommitted writer (an exception, an early return) removes the temporary; the temporaries of
+/// killed processes are removed by the next writer of the same destination. An existing
+/// destination is refused (at construction and again, atomically, at commit) unless `overwrite`
+/// is true. Every failing call (open, write, fsync, close, rename) is an error naming the
+/// destination, the temporary and errno's text (a full disk: "No space left on device").
 class atomic_file_writer {
  public:
   explicit atomic_file_writer(std::filesystem::path destination, bool overwrite = false,
@@ -154,6 +255,7 @@ class atomic_file_writer {
     struct ::stat st {};
     if (!overwrite_ && ::lstat(dest_.c_str(), &st) == 0)
       report_error(context_ + ": " + dest_.string() + ": destination exists (pass overwrite to replace it)");
+    detail::remove_stale_temporaries(dest_);
     temp_ = detail::unique_temp_path(dest_);
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0)
@@ -205,6 +307,7 @@ class atomic_file_writer {
     flush();
     if (::fsync(fd_) != 0) fail("cannot fsync " + temp_.string(), errno);
     if (detail::close_fd(fd_) != 0) fail("cannot close " + temp_.string(), errno);
+    detail::crash_point();
     if (overwrite_) {
       if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename " + temp_.string(), errno);
     } else if (int err = detail::rename_no_replace(temp_, dest_); err != 0) {
@@ -235,6 +338,9 @@ class atomic_file_writer {
     buffer_.clear();
   }
   void write_fd(std::span<const std::byte> bytes) {
+    const std::size_t allowed = static_cast<std::size_t>(detail::crash_allowance(bytes.size()));
+    const bool crash = allowed < bytes.size();
+    if (crash) bytes = bytes.first(allowed);
     while (!bytes.empty()) {
       const ::ssize_t n = ::write(fd_, bytes.data(), bytes.size());
       if (n < 0) {
@@ -243,6 +349,7 @@ class atomic_file_writer {
       }
       bytes = bytes.subspan(static_cast<std::size_t>(n));
     }
+    if (crash) detail::crash_now();
   }
 
   std::filesystem::path dest_;

@@ -7,6 +7,8 @@
 //   merge_checkpoints(src_dir, out_file, src_strategy)                            all ranks -> one file
 //   split_checkpoint(file, dst_dir, dst_strategy)                                 one file -> ranks
 //   convert_checkpoint(in_file, out_file)                                         ckpt <-> safetensors
+//   transform_checkpoints_for_ranks(src_dir, dst_dir, ..., ranks)                 some target ranks
+//   transform_target_bytes / balance_targets    split a transform among workers (mpi/transform.hpp)
 //
 // A strategy path that is empty means "no strategy": every parameter unsplit on one rank
 // (MindSpore's None). Strategy files are read with read_strategy (JSON or protobuf); a strategy
@@ -33,8 +35,9 @@
 // source file and parameter that will be read, CRC trailers); a reshard::error names the file,
 // the parameter and the reason. Outputs are staged as `<file>.reshard-<pid>.part` and renamed
 // into place only when every target file is complete; after a failure the staged files (and the
-// directories the run created) are removed. An existing output is never replaced unless
-// `force`. Inputs are only ever mapped read-only.
+// directories the run created) are removed. A run first removes the temporaries that killed runs
+// left for its outputs (detail::remove_stale_temporaries, io/mapped_file.hpp). An existing
+// output is never replaced unless `force`. Inputs are only ever mapped read-only.
 #pragma once
 
 #include <reshard/box.hpp>
@@ -493,6 +496,12 @@ struct transform_options {
   std::uint64_t buffer_bytes = std::uint64_t{4} << 20;  ///< most bytes a worker assembles at once
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;           ///< piece size of written ckpt tensors
   std::function<void(const transform_progress&)> progress{};  ///< called as parameters are written
+  /// Called once every check has passed, before anything is written; if it throws, nothing is
+  /// written and the exception propagates (a barrier between cooperating processes).
+  std::function<void()> checked{};
+  /// Called once every target file is written (staged), before any is renamed into place; if it
+  /// throws, the staged files are removed and the exception propagates.
+  std::function<void()> staged{};
 };
 
 /// What a transform did.
@@ -738,10 +747,30 @@ class transform_engine {
 
   std::vector<std::string>& warnings() { return warnings_; }
 
+  /// Source ranks to take parameter shapes from first (the files these targets read anyway);
+  /// without a hint a shape comes from the lowest rank of its stage that has a file.
+  void set_shape_hint(std::set<index_t> ranks) { shape_hint_ = std::move(ranks); }
+
+  /// The tensor bytes each target gets, in the order of the targets (item bytes as the
+  /// progress reports them). Reads the headers of the files that decide the items and shapes
+  /// (each target's base file t % M, and one file per parameter), no tensor data; checks only
+  /// what deciding them needs.
+  std::vector<std::uint64_t> target_bytes() {
+    collect_params();
+    std::vector<std::uint64_t> out;
+    for (const auto& t : targets_) {
+      std::uint64_t n = 0;
+      for_each_item(t.rank, [&](out_item& it) { n += item_bytes(t.rank, it); });
+      out.push_back(n);
+    }
+    return out;
+  }
+
   transform_summary run() {
     const auto start = std::chrono::steady_clock::now();
     check_outputs();
     prepare();
+    if (opts_.checked) opts_.checked();
     transform_summary s = write_all();
     s.source_files = readers_.size();
     for (const auto& [r, rd] : readers_) s.source_bytes += rd->file_size();
@@ -788,6 +817,29 @@ class transform_engine {
 
   // -- phase 1: every check that needs no data
   void prepare() {
+    collect_params();
+    std::uint64_t total = 0;
+    for (const auto& t : targets_) {
+      std::set<std::string_view> names;
+      for_each_item(t.rank, [&](out_item& it) {
+        if (!names.insert(it.name()).second)
+          report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + quote_name(it.name()) +
+                       " would be written twice");
+        check_item(t, it);
+        total += item_bytes(t.rank, it);
+      });
+      if (names.empty())
+        report_error(op_ + ": target rank " + std::to_string(t.rank) + " would get no parameters");
+    }
+    bytes_total_ = total;
+    check_opened();
+    verify_crcs();
+  }
+
+  // The parameters to slice (params_), from the strategies and the targets' base files.
+  void collect_params() {
+    if (collected_) return;
+    collected_ = true;
     for (const auto& t : targets_) {
       const index_t base = t.rank % M_;
       if (!available(base))
@@ -822,22 +874,6 @@ class transform_engine {
                             std::to_string(targets_.empty() ? 0 : targets_.front().rank % M_) + "): not written");
       }
     }
-    std::uint64_t total = 0;
-    for (const auto& t : targets_) {
-      std::set<std::string_view> names;
-      for_each_item(t.rank, [&](out_item& it) {
-        if (!names.insert(it.name()).second)
-          report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + quote_name(it.name()) +
-                       " would be written twice");
-        check_item(t, it);
-        total += item_bytes(t.rank, it);
-      });
-      if (names.empty())
-        report_error(op_ + ": target rank " + std::to_string(t.rank) + " would get no parameters");
-    }
-    bytes_total_ = total;
-    check_opened();
-    verify_crcs();
   }
 
   // Every source file opened holds every listed parameter of its stage with the dtype and the
@@ -918,8 +954,9 @@ class transform_engine {
       const staged_layout& s = p.src_entries->front();
       detail::check_supported(s.stored, who_src(p.name) + ": ");
       const index_t n = src_.stage_ranks(), first = index_t{s.stage} * n;
-      for (index_t r = first; r < first + n && !shape_from; ++r) {
-        if (!available(r)) continue;
+      // the shape comes from the first file of the stage: of the shape hint's ranks, if any
+      const auto take = [&](index_t r) {
+        if (shape_from || !available(r)) return;
         const auto& rd = open(r);
         shape_from = rd.find(p.name);
         if (!shape_from)
@@ -928,7 +965,10 @@ class transform_engine {
                        ", ranks " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
                        ") but missing from this checkpoint");
         shape_file = rd.path().string();
-      }
+      };
+      for (index_t r : shape_hint_)
+        if (r >= first && r < first + n) take(r);
+      for (index_t r = first; r < first + n && !shape_from; ++r) take(r);
       if (!shape_from)
         report_error(op_ + ": parameter " + quote_name(p.name) + " (stage " + std::to_string(s.stage) + " of " +
                      src_.source() + ") is held by source ranks " + std::to_string(first) + ".." +
@@ -1167,13 +1207,16 @@ class transform_engine {
     std::vector<transform_summary> per(targets_.size());
     try {
       make_directories();
+      for (const auto& t : targets_) detail::remove_stale_temporaries(t.path);  // of killed runs
       parallel_for(targets_.size(), [&](std::size_t i) {
         per[i] = write_target(targets_[i], stage[i].part);
         stage[i].committed = true;
       });
+      if (opts_.staged) opts_.staged();
       // every target is complete: move them into place
       for (std::size_t i = 0; i < stage.size(); ++i) {
         int err = 0;
+        detail::crash_point();  // test-only (RESHARD_TEST_CRASH_AFTER)
         if (opts_.force) {
           if (::rename(stage[i].part.c_str(), stage[i].final.c_str()) != 0) err = errno;
         } else {
@@ -1190,6 +1233,9 @@ class transform_engine {
         stage[i].committed = false;  // renamed: nothing to clean up
         s.outputs.push_back(stage[i].final);
       }
+      std::set<std::filesystem::path> dirs;  // make the renames durable
+      for (const auto& st : stage) dirs.insert(st.final.parent_path());
+      for (const auto& d : dirs) detail::fsync_directory(d);
     } catch (...) {
       for (const auto& st : stage)
         if (st.committed) ::unlink(st.part.c_str());
@@ -1356,6 +1402,8 @@ class transform_engine {
   std::map<std::string, param_info, std::less<>> params_;
   std::vector<std::string> warnings_;
   std::vector<std::filesystem::path> created_dirs_;
+  std::set<index_t> shape_hint_;
+  bool collected_ = false;
   std::mutex progress_mutex_;
   std::uint64_t bytes_total_ = 0, bytes_done_ = 0;
   std::size_t files_done_ = 0;
@@ -1567,6 +1615,86 @@ inline std::vector<std::int64_t> rank_list_for_transform(std::int64_t rank, cons
 inline std::vector<std::int64_t> rank_list_for_transform(std::int64_t rank, const std::filesystem::path& src_strategy,
                                                          const std::filesystem::path& dst_strategy) {
   return rank_list_for_transform(rank, strategy_layouts(src_strategy), strategy_layouts(dst_strategy));
+}
+
+// ---------------------------------------------------------------------------------------------
+// one transform split among workers (processes, machines): see reshard/mpi/transform.hpp
+
+/// The tensor bytes that transform_checkpoints(src_dir, ...) writes to each target rank (index =
+/// target rank): what the progress counts, without the files' framing. Reads the headers of
+/// the source files that decide each rank's parameters and their shapes, and no tensor data.
+inline std::vector<std::uint64_t> transform_target_bytes(const std::filesystem::path& src_dir,
+                                                         const std::filesystem::path& src_strategy,
+                                                         const std::filesystem::path& dst_strategy) {
+  const std::string op = "transform_checkpoints";
+  strategy_layouts src(src_strategy), dst(dst_strategy);
+  std::vector<std::string> warnings;
+  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
+  std::vector<detail::target_spec> targets;
+  for (index_t t = 0; t < dst.ranks(); ++t) targets.push_back({t, {}});
+  detail::transform_engine e(std::move(src), std::move(dst), std::move(files), std::move(targets), {}, op);
+  return e.target_bytes();
+}
+
+/// Splits the target ranks 0 .. bytes.size()-1 among `parts` workers, balanced by bytes
+/// (bytes[t]: what rank t gets): largest first (equal sizes: lower rank first), each to the
+/// worker with the fewest bytes so far (ties: the lower worker). Deterministic, so every process
+/// computes the same split. Each worker's ranks ascending; workers beyond the ranks get none.
+inline std::vector<std::vector<std::int64_t>> balance_targets(std::span<const std::uint64_t> bytes,
+                                                              std::size_t parts) {
+  if (parts == 0) report_error("balance_targets: parts is 0 (at least one worker is needed)");
+  std::vector<std::int64_t> order(bytes.size());
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return bytes[static_cast<std::size_t>(a)] > bytes[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::vector<std::int64_t>> out(parts);
+  std::vector<std::uint64_t> load(parts, 0);
+  for (std::int64_t t : order) {
+    const auto w = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    out[w].push_back(t);
+    load[w] += bytes[static_cast<std::size_t>(t)];
+  }
+  for (auto& v : out) std::sort(v.begin(), v.end());
+  return out;
+}
+
+/// transform_checkpoints for the target ranks `ranks` only: writes
+/// `dst_dir/rank_<t>/<prefix><t>.<format>` for each t in `ranks` and nothing else, byte for byte
+/// what transform_checkpoints writes for t. One worker's share of a transform split by
+/// balance_targets. Of the source files it opens those its targets read (their base file t % M
+/// and the ranks rank_list_for_transform names), preferring them for the parameters' shapes;
+/// the files' CRC trailers are checked and their data read as transform_checkpoints would.
+/// Progress and summary cover these targets only. An empty `ranks` writes nothing.
+inline transform_summary transform_checkpoints_for_ranks(const std::filesystem::path& src_dir,
+                                                         const std::filesystem::path& dst_dir, std::string_view prefix,
+                                                         const std::filesystem::path& src_strategy,
+                                                         const std::filesystem::path& dst_strategy,
+                                                         std::span<const std::int64_t> ranks,
+                                                         const transform_options& opts = {}) {
+  const std::string op = "transform_checkpoints";
+  strategy_layouts src(src_strategy), dst(dst_strategy);
+  std::vector<std::string> warnings;
+  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
+  std::set<index_t> seen, hint;
+  std::vector<detail::target_spec> targets;
+  for (std::int64_t t : ranks) {
+    if (!seen.insert(t).second)
+      report_error(op + ": ranks: target rank " + std::to_string(t) + " is listed twice");
+    targets.push_back({t, dst_dir / ("rank_" + std::to_string(t)) /
+                              (std::string(prefix) + std::to_string(t) + std::string(extension_of(opts.format)))});
+    if (t >= 0 && t < dst.ranks()) {
+      try {
+        for (std::int64_t r : rank_list_for_transform(t, src, dst)) hint.insert(r);
+      } catch (const reshard::error&) {
+        // a hint only: the engine reports what is wrong with the strategies
+      }
+    }
+  }
+  detail::transform_engine e(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, op);
+  for (auto& w : warnings) e.warnings().push_back(std::move(w));
+  e.set_shape_hint(std::move(hint));
+  return e.run();
 }
 
 }  // namespace reshard::io

@@ -1,0 +1,431 @@
+// reshard/mpi/transform.hpp: one checkpoint transform (io::transform_checkpoints) split among the
+// processes of an MPI communicator, e.g. `mpirun -n K reshard transform ...` (opt-in:
+// reshard::mpi and reshard::io).
+//
+// Process 0 sizes every target rank from the source files' headers (io::transform_target_bytes)
+// and broadcasts the sizes; every process then splits the target ranks the same way
+// (io::balance_targets: largest first, to the least loaded process) and writes its share with
+// io::transform_checkpoints_for_ranks, which opens only the source files its targets read. The
+// files are byte for byte those of the one-process io::transform_checkpoints.
+//
+// All or nothing, across processes. The processes agree (MPI_Allreduce of a verdict) three times:
+//   1. after every check (strategies, sources, CRC trailers, existing outputs): if any process
+//      failed, no process writes anything;
+//   2. when every process has written its files, still staged as `<file>.reshard-<pid>.part`: if
+//      any failed, every process removes its staged files, and no output appears;
+//   3. after each process renamed its files into place. Only a failure between 2 and 3 (a rename
+//      refused, a process killed while renaming) leaves some outputs in place: each one complete
+//      and correct, the others absent.
+// A process that dies (killed, out of memory) never reaches the next agreement; the MPI launcher
+// then ends the job with an error, and what the dead process staged stays as `*.part` files,
+// never under an output's name. When a check fails, every process throws the same error: each
+// distinct message once, with the processes that reported it.
+//
+//   @post the files written by transform_checkpoints(comm, args...) on K processes ==
+//         the files written by io::transform_checkpoints(args...), byte for byte
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "reshard/error.hpp"
+#include "reshard/io/transform.hpp"
+
+namespace reshard::mpi {
+
+struct parallel_transform_options {
+  /// Called on every process with its own progress (its targets only), as
+  /// io::transform_options::progress is in one process; that one is called on process 0 only,
+  /// with the progress of all processes.
+  std::function<void(const io::transform_progress&)> local_progress{};
+};
+
+/// What a transform split among processes did: the sums over all processes (source_files and
+/// source_bytes count a file once per process that read it), the longest time and the largest
+/// peak resident memory of one process, every output (by target rank) and every distinct
+/// warning. The same on every process.
+struct parallel_transform_summary : io::transform_summary {
+  std::vector<std::vector<std::int64_t>> shares;  ///< the target ranks of each process
+  io::transform_summary local;                    ///< this process's own share
+};
+
+namespace detail {
+
+inline void check_mpi(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  report_error(std::string("transform_checkpoints: ") + call + " failed: " + std::string(text, len));
+}
+
+// Waits for `request` without spinning: a process that waits for the others (its share done
+// first) sleeps between tests, from 50 µs up to 20 ms, and leaves the core to the processes still
+// working (MPI implementations busy-poll in blocking calls).
+inline void wait_idle(MPI_Request& request) {
+  auto pause = std::chrono::microseconds(50);
+  while (true) {
+    int done = 0;
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+  }
+}
+
+// Every process's `mine`, in process order, on every process (collective).
+inline std::vector<std::string> allgather_text(MPI_Comm comm, const std::string& mine) {
+  int size = 1;
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+  check_mpi(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  int total = 0;
+  for (int p = 0; p < size; ++p) displs[static_cast<std::size_t>(p)] = total, total += lens[static_cast<std::size_t>(p)];
+  std::string all(static_cast<std::size_t>(total), '\0');
+  check_mpi(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, comm),
+            "MPI_Allgatherv");
+  std::vector<std::string> out;
+  out.reserve(static_cast<std::size_t>(size));
+  for (int p = 0; p < size; ++p)
+    out.push_back(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(p)]),
+                             static_cast<std::size_t>(lens[static_cast<std::size_t>(p)])));
+  return out;
+}
+
+// A failure every process agreed on: rethrown as is, never agreed on again.
+struct agreed_error : reshard::error {
+  using reshard::error::error;
+};
+struct agreed_internal_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One agreement: every process passes its verdict (0 ok, 1 bad input, 2 internal error) and
+// message; if any is not 0, every process throws the distinct messages, each once, naming the
+// processes that reported it when not all did.
+inline void agree(MPI_Comm comm, int verdict, const std::string& message) {
+  int size = 1, worst = 0;
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallreduce(&verdict, &worst, 1, MPI_INT, MPI_MAX, comm, &request), "MPI_Iallreduce");
+  wait_idle(request);
+  if (worst == 0) return;
+  const std::vector<std::string> said = allgather_text(comm, verdict == 0 ? std::string() : message);
+  std::vector<std::pair<std::string, std::vector<int>>> distinct;  // in order of the first process
+  for (int p = 0; p < size; ++p) {
+    const std::string& m = said[static_cast<std::size_t>(p)];
+    if (m.empty()) continue;
+    auto it = std::find_if(distinct.begin(), distinct.end(), [&](const auto& d) { return d.first == m; });
+    if (it == distinct.end()) distinct.push_back({m, {p}});
+    else it->second.push_back(p);
+  }
+  std::string text;
+  for (const auto& [m, procs] : distinct) {
+    if (!text.empty()) text += '\n';
+    text += m;
+    if (static_cast<int>(procs.size()) == size && size > 1) continue;  // every process said it
+    if (size == 1) continue;
+    text += procs.size() == 1 ? " (process " : " (processes ";
+    for (std::size_t k = 0; k < procs.size(); ++k) {
+      if (k) text += ", ";
+      text += std::to_string(procs[k]);
+    }
+    text += " of ";
+    text += std::to_string(size);
+    text += ')';
+  }
+  if (text.empty()) text = "transform_checkpoints: a process failed without a message";
+  if (worst == 1) throw agreed_error(text);
+  throw agreed_internal_error(text);
+}
+
+// The verdict and message of the exception in flight.
+inline std::pair<int, std::string> verdict_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const reshard::error& x) {
+    return {1, x.what()};
+  } catch (const std::exception& x) {
+    return {2, x.what()};
+  } catch (...) {
+    return {2, "unknown exception"};
+  }
+}
+
+// Progress of all processes on process 0, over a communicator of its own: every other process
+// sends {bytes done, files done} (one message in flight at a time, at most 10 a second, plus one
+// when a file is done) and a last message when its share is written; process 0 adds them to its
+// own and calls the user's progress.
+class progress_relay {
+ public:
+  progress_relay(MPI_Comm comm, bool enabled, std::uint64_t bytes_total, std::size_t files_total,
+                 std::function<void(const io::transform_progress&)> user)
+      : enabled_(enabled), bytes_total_(bytes_total), files_total_(files_total), user_(std::move(user)) {
+    if (!enabled_) return;
+    check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+    check_mpi(MPI_Comm_rank(comm_, &me_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    any_thread_ = level >= MPI_THREAD_SERIALIZED;
+    latest_.assign(static_cast<std::size_t>(size_), {0, 0});
+    done_.assign(static_cast<std::size_t>(size_), 0);
+  }
+  progress_relay(const progress_relay&) = delete;
+  progress_relay& operator=(const progress_relay&) = delete;
+  ~progress_relay() {
+    if (comm_ != MPI_COMM_NULL) {
+      if (pending_ != MPI_REQUEST_NULL) MPI_Wait(&pending_, MPI_STATUS_IGNORE);
+      MPI_Comm_free(&comm_);
+    }
+  }
+
+  // This process's progress (calls serialized by the engine).
+  void local(const io::transform_progress& p) {
+    if (!enabled_) return;
+    latest_[static_cast<std::size_t>(me_)] = {p.bytes_done, p.files_done};
+    if (!any_thread_) {
+      int main = 0;
+      MPI_Is_thread_main(&main);
+      if (!main) return;
+    }
+    if (me_ == 0) {
+      drain(false);
+      draw(p.rank, p.parameter);
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const bool file_done = p.files_done != last_files_;
+    if (!file_done && now - last_sent_ < std::chrono::milliseconds(100)) return;
+    if (pending_ != MPI_REQUEST_NULL) {
+      int complete = 0;
+      check_mpi(MPI_Test(&pending_, &complete, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!complete) return;
+    }
+    buffer_[0] = p.bytes_done;
+    buffer_[1] = p.files_done;
+    last_sent_ = now;
+    last_files_ = p.files_done;
+    check_mpi(MPI_Isend(buffer_, 2, MPI_UINT64_T, 0, 1, comm_, &pending_), "MPI_Isend");
+  }
+
+  // This process's share is written (or abandoned): the others tell process 0, which waits for
+  // them all and draws the last state. Every process calls it once, at the same agreement.
+  void finish() {
+    if (!enabled_ || finished_) return;
+    finished_ = true;
+    if (me_ != 0) {
+      if (pending_ != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&pending_, MPI_STATUS_IGNORE), "MPI_Wait");
+      const auto& mine = latest_[static_cast<std::size_t>(me_)];
+      buffer_[0] = mine.first;
+      buffer_[1] = mine.second;
+      check_mpi(MPI_Send(buffer_, 2, MPI_UINT64_T, 0, 2, comm_), "MPI_Send");
+      return;
+    }
+    done_[0] = 1;
+    drain(true);
+    draw(-1, {});
+  }
+
+ private:
+  void drain(bool wait) {
+    auto pause = std::chrono::microseconds(50);
+    while (true) {
+      if (std::all_of(done_.begin(), done_.end(), [](char c) { return c != 0; })) return;
+      MPI_Status st;
+      int flag = 0;
+      check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &st), "MPI_Iprobe");
+      if (!flag && !wait) return;
+      if (!flag) {  // waiting for the others: without spinning (see wait_idle)
+        std::this_thread::sleep_for(pause);
+        pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+        continue;
+      }
+      pause = std::chrono::microseconds(50);
+      std::uint64_t in[2] = {0, 0};
+      check_mpi(MPI_Recv(in, 2, MPI_UINT64_T, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+      latest_[static_cast<std::size_t>(st.MPI_SOURCE)] = {in[0], in[1]};
+      if (st.MPI_TAG == 2) done_[static_cast<std::size_t>(st.MPI_SOURCE)] = 1;
+      if (wait) draw(-1, {});
+    }
+  }
+
+  void draw(index_t rank, std::string_view parameter) {
+    if (!user_) return;
+    io::transform_progress all;
+    for (const auto& [b, f] : latest_) all.bytes_done += b, all.files_done += static_cast<std::size_t>(f);
+    all.bytes_total = bytes_total_;
+    all.files_total = files_total_;
+    if (all.files_done == files_total_) {  // the last state, drawn once
+      if (drew_last_) return;
+      drew_last_ = true;
+    }
+    all.rank = rank >= 0 ? rank : last_rank_;
+    all.parameter = parameter;
+    last_rank_ = all.rank;
+    user_(all);
+  }
+
+  bool enabled_;
+  std::uint64_t bytes_total_;
+  std::size_t files_total_;
+  std::function<void(const io::transform_progress&)> user_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int me_ = 0, size_ = 1;
+  bool any_thread_ = false, finished_ = false, drew_last_ = false;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> latest_;
+  std::vector<char> done_;
+  MPI_Request pending_ = MPI_REQUEST_NULL;
+  std::uint64_t buffer_[2] = {0, 0};
+  std::chrono::steady_clock::time_point last_sent_{};
+  std::uint64_t last_files_ = 0;
+  index_t last_rank_ = 0;
+};
+
+// Sums, maxima (`elapsed`: this process's wall time) and the union of the warnings, over all
+// processes.
+inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed) {
+  const auto& l = s.local;
+  std::uint64_t sums[7] = {l.files, l.sliced, l.copied, l.source_files, l.source_bytes, l.bytes_read, l.bytes_written};
+  std::uint64_t sum_all[7] = {};
+  check_mpi(MPI_Allreduce(sums, sum_all, 7, MPI_UINT64_T, MPI_SUM, comm), "MPI_Allreduce");
+  s.files = sum_all[0];
+  s.sliced = sum_all[1];
+  s.copied = sum_all[2];
+  s.source_files = sum_all[3];
+  s.source_bytes = sum_all[4];
+  s.bytes_read = sum_all[5];
+  s.bytes_written = sum_all[6];
+  std::uint64_t rss = l.peak_rss_bytes, rss_max = 0;
+  check_mpi(MPI_Allreduce(&rss, &rss_max, 1, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
+  s.peak_rss_bytes = rss_max;
+  double secs_max = 0;
+  check_mpi(MPI_Allreduce(&elapsed, &secs_max, 1, MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce");
+  s.seconds = secs_max;
+  // warnings: '\n'-joined text of every process, each distinct one kept once
+  std::string mine;
+  for (const auto& w : l.warnings) mine += w, mine += '\n';
+  std::string all;
+  for (const auto& text : allgather_text(comm, mine)) all += text;
+  s.warnings.clear();
+  for (std::size_t at = 0; at < all.size();) {
+    const std::size_t end = all.find('\n', at);
+    std::string w = all.substr(at, end - at);
+    if (std::find(s.warnings.begin(), s.warnings.end(), w) == s.warnings.end()) s.warnings.push_back(std::move(w));
+    at = end + 1;
+  }
+}
+
+}  // namespace detail
+
+/// io::transform_checkpoints(src_dir, dst_dir, prefix, src_strategy, dst_strategy, opts), the
+/// target ranks split among the processes of `comm` by bytes. Collective: every process passes
+/// the same arguments (paths on a file system they share). opts.progress is called on process
+/// 0 only, with the progress of all processes; opts.checked and opts.staged, if set, run on each
+/// process before its agreement. Throws the same reshard::error on every process if any failed.
+inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std::filesystem::path& src_dir,
+                                                        const std::filesystem::path& dst_dir, std::string_view prefix,
+                                                        const std::filesystem::path& src_strategy,
+                                                        const std::filesystem::path& dst_strategy,
+                                                        const io::transform_options& opts = {},
+                                                        const parallel_transform_options& popts = {}) {
+  using detail::agree;
+  using detail::check_mpi;
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized)
+    report_error("transform_checkpoints: MPI is not initialized (call MPI_Init first) or already finalized");
+  if (comm == MPI_COMM_NULL) report_error("transform_checkpoints: the communicator is MPI_COMM_NULL");
+  int me = 0, size = 1;
+  check_mpi(MPI_Comm_rank(comm, &me), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  const auto start = std::chrono::steady_clock::now();
+
+  // 1. process 0 sizes the targets; everyone learns the sizes and whether to relay progress
+  std::vector<std::uint64_t> bytes;
+  {
+    int verdict = 0;
+    std::string message;
+    if (me == 0) {
+      try {
+        bytes = io::transform_target_bytes(src_dir, src_strategy, dst_strategy);
+      } catch (...) {
+        std::tie(verdict, message) = detail::verdict_of(std::current_exception());
+      }
+    }
+    agree(comm, verdict, message);
+  }
+  std::uint64_t head[2] = {bytes.size(), opts.progress ? 1u : 0u};
+  check_mpi(MPI_Bcast(head, 2, MPI_UINT64_T, 0, comm), "MPI_Bcast");
+  bytes.resize(static_cast<std::size_t>(head[0]));
+  check_mpi(MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_UINT64_T, 0, comm), "MPI_Bcast");
+
+  parallel_transform_summary s;
+  s.shares = io::balance_targets(bytes, static_cast<std::size_t>(size));
+  const std::vector<std::int64_t>& mine = s.shares[static_cast<std::size_t>(me)];
+  std::uint64_t total = 0;
+  for (auto b : bytes) total += b;
+  detail::progress_relay relay(comm, head[1] != 0, total, bytes.size(), me == 0 ? opts.progress : nullptr);
+
+  // 2. each process its share, agreeing after the checks, after writing, after renaming
+  int reached = 0;  // agreements this process has taken part in
+  io::transform_options o = opts;
+  o.progress = [&](const io::transform_progress& p) {
+    if (popts.local_progress) popts.local_progress(p);
+    relay.local(p);
+  };
+  o.checked = [&] {
+    if (opts.checked) opts.checked();
+    reached = 1;
+    agree(comm, 0, {});
+  };
+  o.staged = [&] {
+    if (opts.staged) opts.staged();
+    reached = 2;
+    relay.finish();
+    agree(comm, 0, {});
+  };
+  try {
+    if (!mine.empty()) {
+      s.local = io::transform_checkpoints_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, mine, o);
+    } else {
+      o.checked();
+      o.staged();
+    }
+    reached = 3;
+    agree(comm, 0, {});
+  } catch (const detail::agreed_error&) {
+    throw;
+  } catch (const detail::agreed_internal_error&) {
+    throw;
+  } catch (...) {
+    const auto [verdict, message] = detail::verdict_of(std::current_exception());
+    // take part in the agreement the others are waiting at, and in none after it
+    if (reached >= 1) relay.finish();
+    agree(comm, verdict, message);
+    throw;  // not reached: agree throws on a verdict other than 0
+  }
+
+  detail::combine(comm, s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  for (std::int64_t t = 0; t < static_cast<std::int64_t>(bytes.size()); ++t)
+    s.outputs.push_back(dst_dir / ("rank_" + std::to_string(t)) /
+                        (std::string(prefix) + std::to_string(t) + std::string(io::extension_of(opts.format))));
+  return s;
+}
+
+}  // namespace reshard::mpi

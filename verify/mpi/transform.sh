@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# `mpirun -n K reshard transform`: K processes share the target ranks. For each scenario of
+# verify/python/ms_scenario.py (8->4 with optimizer sharding and CRC trailers, 8->4 inference, 8->3
+# uneven, a merged 2-stage pipeline, 4 ranks to a pipeline, 6->4 from safetensors), in ckpt and
+# safetensors, the files of K = 2, 3 (and 5 > N) processes are byte for byte those of one process.
+# Then: each process opens only the source files its targets need; a bad source file that only
+# one process reads, an unwritable target of one process and an existing output each fail the
+# whole run with the message printed once and nothing written; a process killed after its first
+# file fails the job and leaves no output under a final name.
+# Environment: RESHARD (the program, built with MPI), MPIEXEC (mpiexec), MPIEXEC_FLAGS (e.g.
+# --oversubscribe), RESHARD_TEST_PY; Open MPI as root also needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/lib.bash"
+SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+SC="$SRC/verify/python/ms_scenario.py"
+MPIEXEC=${MPIEXEC:-mpiexec}
+read -r -a mpiflags <<<"${MPIEXEC_FLAGS:-}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# mrun K ARGS...: runs $RESHARD ARGS as K processes, setting $out, $err and $rc
+mrun() {
+  local k=$1 e
+  shift
+  e=$(mktemp)
+  if out=$("$MPIEXEC" -n "$k" "${mpiflags[@]}" "$RESHARD" "$@" 2>"$e"); then rc=0; else rc=$?; fi
+  err=$(cat "$e")
+  rm -f "$e"
+}
+
+
+# listing DIR: the files under DIR with their hashes (relative paths, sorted)
+listing() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 -r sha256sum); }
+
+# same_as_one NAME FORMAT K...: one process writes $d/one-FORMAT; K processes write the same files
+same_as_one() {
+  local name=$1 fmt=$2 k
+  shift 2
+  run transform --src-dir "$d/src" --dst-dir "$d/one-$fmt" "${strategies[@]}" --format "$fmt"
+  if [[ $rc -ne 0 ]]; then
+    fail "$name ($fmt): one process" "exit code $rc" "stderr: $err"
+    return
+  fi
+  for k in "$@"; do
+    mrun "$k" transform --src-dir "$d/src" --dst-dir "$d/n$k-$fmt" "${strategies[@]}" --format "$fmt"
+    if [[ $rc -ne 0 ]]; then
+      fail "$name ($fmt): $k processes" "exit code $rc" "stderr: $err"
+    elif [[ $(listing "$d/n$k-$fmt") != "$(listing "$d/one-$fmt")" ]]; then
+      fail "$name ($fmt): $k processes write the files of one, byte for byte" \
+        "$(diff <(listing "$d/one-$fmt") <(listing "$d/n$k-$fmt") || true)"
+    elif [[ $out != *"$k processes)"* || -n $err ]]; then
+      fail "$name ($fmt): $k processes: one summary naming $k processes, nothing on stderr" "stdout: $out" "stderr: $err"
+    else
+      pass
+    fi
+  done
+}
+
+scenario retrain_8to4
+same_as_one "8->4 retrain, optimizer sharding, CRC trailers" ckpt 2 3
+scenario infer_8to4
+same_as_one "8->4 inference" ckpt 2 3
+same_as_one "8->4 inference" safetensors 2 3
+scenario uneven_8to3
+same_as_one "8->3 uneven" ckpt 2 3 5
+same_as_one "8->3 uneven" safetensors 2
+scenario six_to_4
+same_as_one "6->4 from safetensors" ckpt 3
+scenario to_pipeline
+same_as_one "4 ranks to a 2-stage pipeline" ckpt 2 3
+scenario pipeline_to4
+run merge-strategies --src-dir "$d/stages" --dst-file "$d/merged_strategy.ckpt"
+same_as_one "a merged 2-stage pipeline to 4 ranks" ckpt 2
+# the checker (numpy, protobuf's parser) accepts what 3 processes wrote
+scenario uneven_8to3
+mrun 3 transform --src-dir "$d/src" --dst-dir "$d/out" "${strategies[@]}" --jobs 2
+if [[ $rc -eq 0 ]] && report=$("$PY" "$SC" check "$d" "$d/out" 2>&1); then pass; else
+  fail "3 processes, 8->3, --jobs 2: the checker accepts the files" "exit code $rc" "stderr: $err" "${report:-}"
+fi
+
+# --json: the split and the sums; progress: one bar on process 0, to 100% of all processes' files
+scenario retrain_8to4
+mrun 2 transform --src-dir "$d/src" --dst-dir "$d/json" "${strategies[@]}" --json --progress
+shares=$(printf '%s' "$out" | "$PY" -c "import json,sys; print(json.dumps(json.load(sys.stdin)['processes']))" 2>/dev/null || true)
+if [[ $rc -eq 0 ]] && printf '%s' "$out" | "$PY" -c "
+import json, sys
+j = json.load(sys.stdin)
+ok = j['files'] == 4 and j['sliced'] == 28 and j['copied'] == 16 and sorted(sum(j['processes'], [])) == [0, 1, 2, 3]
+ok = ok and all(len(p) == 2 for p in j['processes']) and len(j['outputs']) == 4
+sys.exit(0 if ok else 1)"; then pass; else fail "--json: files, sums, processes" "stdout: $out" "stderr: $err"; fi
+bars=$(grep -o '100% \[#*\][^%]*4/4 files' <<<"$err" | wc -l)
+if [[ $bars -eq 1 ]]; then pass; else fail "--progress: one bar reaching 4/4 files" "stderr: $err"; fi
+
+# each process opens the source files its targets need: the base file t % M and rank-list's ranks
+needed() {  # needed TARGET...: the union of rank-list of the targets
+  local t
+  for t in "$@"; do
+    run rank-list --rank "$t" "${strategies[@]}"
+    printf '%s\n' "$out"
+  done | "$PY" -c "import json,sys; print(' '.join(map(str, sorted(set().union(*(json.loads(l) for l in sys.stdin if l.strip()))))))"
+}
+if command -v strace >/dev/null; then
+  strace -f -qq -e trace=openat -o "$tmp/trace" "$MPIEXEC" -n 2 "${mpiflags[@]}" "$RESHARD" transform \
+    --src-dir "$d/src" --dst-dir "$d/traced" "${strategies[@]}" >/dev/null 2>&1 || true
+  # the pid of the process that wrote rank_1's file, and the source files it opened
+  p1=$(grep 'traced/rank_1/checkpoint_1.ckpt.reshard' "$tmp/trace" | head -1 | awk '{print $1}')
+  opened=$(grep "^$p1 .*src/rank_[0-9]*/net.ckpt" "$tmp/trace" | sed 's|.*src/rank_\([0-9]*\)/net.ckpt.*|\1|' | sort -n -u | tr '\n' ' ')
+  p1targets=$("$PY" -c "import json,sys; print(' '.join(str(t) for p in json.loads(sys.argv[1]) if 1 in p for t in p))" "$shares")
+  # shellcheck disable=SC2086
+  want=$(needed $p1targets)
+  if [[ -n $p1 && "${opened% }" == "$want" ]]; then pass; else
+    fail "the process of targets [$p1targets] opens source ranks [$want] only" "opened: [$opened] (pid $p1)"
+  fi
+else
+  echo "strace not found: the check of the files each process opens is skipped"
+fi
+
+# a bad source file that only one process reads: the run fails before anything is written, the
+# message printed once (by process 0), naming the file and the process that found it
+read -r -a p0 < <("$PY" -c "import json,sys; print(' '.join(map(str, json.loads(sys.argv[1])[0])))" "$shares")
+read -r -a p1 < <("$PY" -c "import json,sys; print(' '.join(map(str, json.loads(sys.argv[1])[1])))" "$shares")
+only1=$(comm -13 <(needed "${p0[@]}" | tr ' ' '\n' | sort) <(needed "${p1[@]}" | tr ' ' '\n' | sort) | sort -n | tail -1)
+if [[ -z $only1 ]]; then
+  fail "a source rank that only process 1 needs (targets ${p1[*]} vs ${p0[*]})"
+else
+  bad=$tmp/bad
+  cp -r "$d" "$bad"
+  f=$bad/src/rank_$only1/net.ckpt
+  size=$(stat -c %s "$f")
+  # flip one byte of the last tensor's data (before the 17-byte CRC trailer): a CRC mismatch
+  printf '\xff' | dd of="$f" bs=1 seek=$((size - 18)) conv=notrunc 2>/dev/null
+  mrun 2 transform --src-dir "$bad/src" --dst-dir "$bad/out" "${strategies[@]//$d/$bad}"
+  n=$(grep -c "rank_$only1/net.ckpt: CRC mismatch" <<<"$err" || true)
+  if [[ $rc -eq 1 && -z $out && $n -eq 1 && $err == *"(process 1 of 2)"* && ! -e $bad/out ]]; then pass; else
+    fail "a CRC mismatch in rank_$only1, read by process 1 only: exit 1, printed once, nothing written" \
+      "exit code $rc, printed $n times" "stdout: $out" "stderr: $err" "$(find "$bad/out" 2>/dev/null || true)"
+  fi
+fi
+
+# a target that process 1 cannot write (its directory is a file): the files process 0 wrote are
+# removed, not renamed into place
+t1=${p1[-1]}
+mkdir -p "$d/blocked"
+: >"$d/blocked/rank_$t1"
+mrun 2 transform --src-dir "$d/src" --dst-dir "$d/blocked" "${strategies[@]}"
+n=$(grep -c "rank_$t1/checkpoint_$t1.ckpt" <<<"$err" || true)
+left=$(find "$d/blocked" -mindepth 1 ! -name "rank_$t1")
+if [[ $rc -eq 1 && $n -eq 1 && -z $left ]]; then pass; else
+  fail "target $t1 unwritable on process 1: exit 1, printed once, process 0's files removed" "exit code $rc" \
+    "stderr: $err" "left: $left"
+fi
+
+# an existing output of one process: nothing written unless --force, then the files of one process
+mkdir -p "$d/exists/rank_$t1"
+cp "$d/one-ckpt/rank_0/checkpoint_0.ckpt" "$d/exists/rank_$t1/checkpoint_$t1.ckpt"
+mrun 2 transform --src-dir "$d/src" --dst-dir "$d/exists" "${strategies[@]}"
+n=$(grep -c "checkpoint_$t1.ckpt exists (pass force / --force" <<<"$err" || true)
+if [[ $rc -eq 1 && $n -eq 1 && $(find "$d/exists" -type f | wc -l) -eq 1 ]]; then pass; else
+  fail "an existing output: exit 1, printed once, nothing written" "exit code $rc" "stderr: $err" "$(find "$d/exists")"
+fi
+mrun 2 transform --src-dir "$d/src" --dst-dir "$d/exists" "${strategies[@]}" --force
+if [[ $rc -eq 0 && $(listing "$d/exists") == "$(listing "$d/one-ckpt")" ]]; then pass; else
+  fail "--force replaces it: the files of one process" "exit code $rc" "stderr: $err"
+fi
+
+# a process killed after its first file: the job fails, and no file has an output's name
+mrun 2 transform --src-dir "$d/src" --dst-dir "$d/killed" "${strategies[@]}" >/dev/null
+rc_plain=$rc
+RESHARD_TEST_KILL_PROCESS=1 mrun 2 transform --src-dir "$d/src" --dst-dir "$d/killed2" "${strategies[@]}"
+finals=$(find "$d/killed2" -name 'checkpoint_*.ckpt')
+parts=$(find "$d/killed2" -name '*.part' | wc -l)
+if [[ $rc_plain -eq 0 && $rc -ne 0 && -z $finals && $parts -ge 1 ]]; then pass; else
+  fail "process 1 killed after its first file: the job fails, no output under its final name" \
+    "exit codes $rc_plain (no kill), $rc (kill)" "finals: $finals" "stderr: $err"
+fi
+
+# the other subcommands run as one process only
+mrun 2 inspect "$d/src/rank_0/net.ckpt"
+n=$(grep -c "only 'reshard transform' runs as 2 processes" <<<"$err" || true)
+if [[ $rc -eq 2 && -z $out && $n -eq 1 ]]; then pass; else fail "inspect under mpirun -n 2: exit 2, said once" "exit code $rc" "stderr: $err"; fi
+
+finish
