@@ -1,7 +1,7 @@
 // examples/transform_8to4.cpp: the MindSpore tutorial's checkpoint transformation, on files.
 //
 // A network trained on 8 ranks is fine-tuned on 4 ranks with another strategy and optimizer
-// sharding (see examples/seed_8to4.cpp for how the MatMul strategies become these layouts). This
+// sharding (see examples/plan_8to4.cpp for how the MatMul strategies become these layouts). This
 // program writes what the training job would have saved: 8 per-rank checkpoints
 // (rank_<r>/net.ckpt) and the two strategy files (protobuf, as MindSpore saves them). It then
 // calls reshard::io::transform_checkpoints, reads the 4 checkpoints it wrote and checks every

@@ -1,7 +1,8 @@
-// examples/seed_8to4.cpp: the MindSpore tutorial's scenario ("distributed resilience training"):
+// examples/plan_8to4.cpp: the MindSpore tutorial's scenario ("distributed resilience training"):
 // a weight trained on 8 ranks is fine-tuned on 4 ranks with another strategy and optimizer
 // sharding. We build both layouts, split a full tensor into the 8 training shards, plan the
-// redistribution, convert the shards to the 4 fine-tuning shards and check every value.
+// redistribution, convert the shards to the 4 fine-tuning shards and check every value. In
+// memory, with the core only; examples/transform_8to4.cpp does the same job on checkpoint files.
 //
 // The network: layer1 = Dense(784, 512), computed as x @ w with x [batch, 784] and the weight
 // w [in, out] = [784, 512]. Its MatMul (i,j) x (j,k) gets a strategy ((a,b),(b,c)): x is split
