@@ -1,14 +1,18 @@
 #!/usr/bin/python3
-"""Markdown tables from Google Benchmark JSON files written by bench_planner and bench_convert.
+"""Markdown tables from Google Benchmark JSON files written by bench_planner, bench_convert and
+bench_transform.
 
 usage: bench/report.py RESULT.json... (run with --benchmark_repetitions=N
        --benchmark_report_aggregates_only=true; bench/common.hpp adds the min and max aggregates)
+       bench/report.py --splice DOC NAME FILE [NAME FILE]...  (replace DOC's generated block NAME,
+       between <!-- begin generated: NAME --> and <!-- end generated: NAME -->, with FILE)
 
 Prints medians of the repetitions with their spread (min-max) and the ratios against the raw
 baselines: naive/reshard time for the planner, reshard/memcpy throughput for the converter.
 Standard library only.
 """
 import json
+import os
 import re
 import sys
 
@@ -139,7 +143,71 @@ def convert_table(runs):
     return out
 
 
+def transform_table(runs):
+    floor = runs.get("copy_bytes_baseline", {})
+    rows = []
+    for name in runs:
+        m = re.match(r"transform_8to4/jobs:([0-9]+)/buffer_MiB:([0-9]+)$", name)
+        if m:
+            rows.append((int(m.group(1)), int(m.group(2)), name))
+    if not rows or not has_all(floor):
+        return []
+    rows.sort(key=lambda r: (r[1] != 4, r[1], r[0]))
+    out = [
+        "### Checkpoint transform (library): transform_checkpoints vs the I/O floor "
+        "(median of repetitions, [min–max])",
+        "",
+        "| run | time | vs floor | peak RSS so far |",
+        "|---|---:|---:|---:|",
+    ]
+
+    def cell(r):
+        return (f"{fmt_time(seconds(r['median']))} "
+                f"[{fmt_time(seconds(r['min']))}–{fmt_time(seconds(r['max']))}]")
+
+    out.append(f"| I/O floor (read once, write once) | {cell(floor)} | 1.00x "
+               f"| {floor['median'].get('peak_rss_MiB', 0):.0f} MiB |")
+    for jobs, buf, name in rows:
+        r = runs[name]
+        if not has_all(r):
+            out.append(f"| transform, {jobs} job{'s' * (jobs > 1)}, {buf} MiB pieces | (missing) | | |")
+            continue
+        out.append(f"| transform, {jobs} job{'s' * (jobs > 1)}, {buf} MiB pieces | {cell(r)} "
+                   f"| **{seconds(r['median']) / seconds(floor['median']):.2f}x** "
+                   f"| {r['median'].get('peak_rss_MiB', 0):.0f} MiB |")
+    out.append("")
+    out.append("Peak RSS is the process's peak so far (rows run in order, so a row cannot show less than "
+               "the rows before it).")
+    return out
+
+
+def splice(doc, name, text_path):
+    """Replaces the lines between `<!-- begin generated: NAME -->` and `<!-- end generated: NAME -->`
+    in doc with the contents of text_path (atomically). Returns False if the markers are absent."""
+    with open(doc, encoding="utf-8") as f:
+        content = f.read()
+    begin, end = f"<!-- begin generated: {name} -->", f"<!-- end generated: {name} -->"
+    a, b = content.find(begin), content.find(end)
+    if a < 0 or b < a:
+        return False
+    with open(text_path, encoding="utf-8") as f:
+        body = f.read().strip("\n")
+    content = content[:a + len(begin)] + "\n" + body + "\n" + content[b:]
+    with open(doc + ".tmp", "w", encoding="utf-8") as f:
+        f.write(content)
+    os.replace(doc + ".tmp", doc)
+    return True
+
+
 def main(argv):
+    if len(argv) >= 2 and argv[1] == "--splice":
+        if len(argv) < 5 or (len(argv) - 3) % 2:
+            print("usage: report.py --splice DOC NAME FILE [NAME FILE]...", file=sys.stderr)
+            return 2
+        missing = [argv[i] for i in range(3, len(argv), 2) if not splice(argv[2], argv[i], argv[i + 1])]
+        for m in missing:
+            print(f"report.py --splice: {argv[2]} has no '<!-- begin generated: {m} -->' block", file=sys.stderr)
+        return 1 if missing else 0
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
@@ -155,7 +223,7 @@ def main(argv):
             lines.append(f"> warning: load average {load_avg[0]:.2f} when "
                          f"{ctx.get('executable', '?')} started; other work was running")
     lines.append("")
-    for table in (planner_table(runs), convert_table(runs)):
+    for table in (planner_table(runs), convert_table(runs), transform_table(runs)):
         if table:
             lines.extend(table)
             lines.append("")
