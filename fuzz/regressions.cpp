@@ -6,6 +6,9 @@
 #include <reshard/io/safetensors.hpp>
 #include <reshard/io/strategy.hpp>
 #include <reshard/layout.hpp>
+#include <reshard/plan.hpp>
+
+#include "decode.hpp"
 
 #include <gtest/gtest.h>
 
@@ -160,6 +163,38 @@ TEST(fuzz_regressions, merge_refuses_an_invalid_layout) {
   std::byte full[16];
   const std::string msg = error_of([&] { reshard::merge(l, {}, full, 4); });
   EXPECT_NE(msg.find("merge: layout dev[0] map[0] shape[4]: device matrix axis 0 has size 0"), std::string::npos) << msg;
+}
+
+// convert.hpp group_jobs(): when a strided copy followed a single contiguous run (a job with no
+// dims), the grouping read the row stride of the run's dim -1 before checking that the two walk
+// alike: pointer arithmetic out of bounds (UBSan "addition of unsigned offset overflowed",
+// plan_convert regress-group_jobs_single_run_lead, found by re-fuzzing the new converter).
+TEST(fuzz_regressions, grouping_a_strided_copy_after_a_single_run) {
+  const std::uint8_t bytes[] = {0x71, 0x86, 0x21, 0x60, 0x04, 0x25, 0x25, 0x25, 0x25, 0x25, 0x25, 0x25, 0x98, 0xca, 0x25, 0x25, 0x25, 0x25, 0x98, 0xca, 0x34, 0x1d, 0xe2};
+  reshard_fuzz::input in(bytes, sizeof bytes);
+  const reshard_fuzz::layout_pair p = reshard_fuzz::decode_layout_pair(in);
+  ASSERT_EQ(reshard::to_string(p.a), "dev[6,6] map[0,1,-1,-1] shape[7,5,4,11] split=chunk ranks[15..50]");
+  ASSERT_EQ(reshard::to_string(p.b), "dev[3,1,1,1] map[-1,-1,-1,-1] shape[7,5,4,11]");
+  ASSERT_EQ(p.element_bytes, 4u);
+  // every element is its own index; the 3 targets each hold the whole tensor
+  const std::size_t n = 7 * 5 * 4 * 11;
+  std::vector<std::int32_t> full(n);
+  for (std::size_t i = 0; i < n; ++i) full[i] = static_cast<std::int32_t>(i);
+  std::vector<std::vector<std::int32_t>> src(36);
+  std::vector<std::byte*> src_ptr;
+  for (std::size_t r = 0; r < src.size(); ++r) {
+    src[r].resize(static_cast<std::size_t>(reshard::volume(reshard::box_of(p.a, p.a.first_rank + static_cast<reshard::index_t>(r)))));
+    src_ptr.push_back(reinterpret_cast<std::byte*>(src[r].data()));
+  }
+  reshard::split(p.a, reinterpret_cast<const std::byte*>(full.data()), src_ptr, 4);
+  std::vector<std::vector<std::int32_t>> dst(3, std::vector<std::int32_t>(n, -1));
+  std::vector<std::byte*> dst_ptr;
+  for (auto& d : dst) dst_ptr.push_back(reinterpret_cast<std::byte*>(d.data()));
+  const std::vector<const std::byte*> src_const(src_ptr.begin(), src_ptr.end());
+  for (unsigned threads : {1u, 2u}) {
+    reshard::convert(reshard::plan(p.a, p.b), src_const, dst_ptr, 4, {.threads = threads});
+    for (const auto& d : dst) EXPECT_EQ(d, full) << threads << " threads";
+  }
 }
 
 }  // namespace

@@ -290,10 +290,13 @@ inline std::vector<std::size_t> group_jobs(const std::vector<copy_job>& jobs,
     const copy_job& j = *order[k];
     if (j.dims > 0 && !cut.empty() && k - cut.back() < 64) {
       const copy_job& lead = *order[cut.back()];
-      const auto row = static_cast<std::uintptr_t>(lead.dim()[lead.dims - 1].sstride);
-      const auto gap = reinterpret_cast<std::uintptr_t>(j.src) -
-                       reinterpret_cast<std::uintptr_t>(lead.src);  // sorted: j.src >= lead.src
-      if (same_walk(lead, j) && gap < row) continue;
+      // same_walk first: the lead may be a single run (dims == 0), which has no row stride
+      if (same_walk(lead, j)) {
+        const auto row = static_cast<std::uintptr_t>(lead.dim()[lead.dims - 1].sstride);
+        const auto gap = reinterpret_cast<std::uintptr_t>(j.src) -
+                         reinterpret_cast<std::uintptr_t>(lead.src);  // sorted: j.src >= lead.src
+        if (gap < row) continue;
+      }
     }
     cut.push_back(k);
   }
