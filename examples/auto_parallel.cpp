@@ -24,11 +24,7 @@ using namespace scenario;
 
 int main(int argc, char** argv) {
   return run(argc, argv, "auto_parallel", [](const fs::path& work) {
-    network net{
-        {"layer1.weight", io::dtype::float32, {784, 512}}, {"layer1.bias", io::dtype::float32, {512}},
-        {"layer2.weight", io::dtype::float32, {512, 512}}, {"layer2.bias", io::dtype::float32, {512}},
-        {"layer3.weight", io::dtype::float32, {512, 10}},  {"layer3.bias", io::dtype::float32, {10}},
-    };
+    network net = mlp();  // 784 -> 512 -> 512 -> 10
     strategy train{{matmul("Default/network/layer1/MatMul-op0", {2, 1}, {1, 2}),
                     matmul("Default/network/layer2/MatMul-op1", {2, 2}, {2, 2}),
                     matmul("Default/network/layer3/MatMul-op2", {8, 1}, {1, 1})},

@@ -17,11 +17,7 @@ using namespace scenario;
 
 int main(int argc, char** argv) {
   return run(argc, argv, "data_parallel", [](const fs::path& work) {
-    const network net{
-        {"layer1.weight", io::dtype::float32, {784, 512}}, {"layer1.bias", io::dtype::float32, {512}},
-        {"layer2.weight", io::dtype::float32, {512, 512}}, {"layer2.bias", io::dtype::float32, {512}},
-        {"layer3.weight", io::dtype::float32, {512, 10}},  {"layer3.bias", io::dtype::float32, {10}},
-    };
+    const network net = mlp();  // 784 -> 512 -> 512 -> 10
     // Every parameter unsplit on n devices: data parallel.
     auto replicated = [&](std::int64_t n) {
       strategy s;

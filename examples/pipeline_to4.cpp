@@ -27,11 +27,7 @@ using namespace scenario;
 
 int main(int argc, char** argv) {
   return run(argc, argv, "pipeline_to4", [](const fs::path& work) {
-    network net{
-        {"layer1.weight", io::dtype::float32, {784, 512}}, {"layer1.bias", io::dtype::float32, {512}},
-        {"layer2.weight", io::dtype::float32, {512, 512}}, {"layer2.bias", io::dtype::float32, {512}},
-        {"layer3.weight", io::dtype::float32, {512, 10}},  {"layer3.bias", io::dtype::float32, {10}},
-    };
+    network net = mlp();  // 784 -> 512 -> 512 -> 10
     strategy train{{matmul("Default/network/layer1/MatMul-op0", {1, 2}, {2, 2}, 0),
                     matmul("Default/network/layer2/MatMul-op1", {4, 1}, {1, 1}, 1),
                     matmul("Default/network/layer3/MatMul-op2", {2, 2}, {2, 1}, 1)},

@@ -14,8 +14,6 @@
 //
 // Usage: example_transform_8to4 [WORK_DIR]   (default: a fresh temporary directory, removed at
 // the end; with WORK_DIR the files are kept there, e.g. for `reshard inspect`)
-#include <reshard/io/transform.hpp>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -25,13 +23,18 @@
 
 #include <unistd.h>
 
+#include "scenario.hpp"  // stored(), rank_file(), numbered(); the data here is its own (float16 bias)
+
 namespace {
 
 namespace fs = std::filesystem;
 namespace io = reshard::io;
 using reshard::box;
-using reshard::extents;
+using reshard::index_list;
 using reshard::index_t;
+using scenario::numbered;
+using scenario::rank_file;
+using scenario::stored;
 
 // The value of element (i, j) of each full tensor: exact in its dtype, different per tensor.
 float weight_value(index_t i, index_t j) { return static_cast<float>(i * 512 + j); }
@@ -49,19 +52,9 @@ std::uint16_t bias_bits(index_t j) {  // float16 bits of j / 4 for j < 512: buil
 struct param {
   std::string name;
   io::dtype type;
-  extents shape;
+  index_list shape;
   io::param_layout train, tune;
 };
-
-io::param_layout stored(std::vector<std::int64_t> dev, std::vector<std::int64_t> map, std::int32_t step = 0,
-                        std::int32_t size = 0) {
-  io::param_layout l;
-  l.dev_matrix = std::move(dev);
-  for (auto a : map) l.tensor_map.push_back({a});
-  l.opt_weight_shard_step = step;
-  l.opt_weight_shard_size = size;
-  return l;
-}
 
 // The content of box `b` of a tensor, row-major, from its element function.
 std::vector<std::byte> content(const param& p, const box& b) {
@@ -112,8 +105,8 @@ int main(int argc, char** argv) {
   io::write_strategy(work / "tune_strategy.ckpt", tune);
 
   for (index_t r = 0; r < 8; ++r) {
-    fs::create_directories(work / "train" / ("rank_" + std::to_string(r)));
-    io::ckpt_writer w(work / "train" / ("rank_" + std::to_string(r)) / "net.ckpt", {.crc = true});
+    fs::create_directories(work / "train" / numbered("rank_", r));
+    io::ckpt_writer w(work / "train" / numbered("rank_", r) / "net.ckpt", {.crc = true});
     for (const auto& p : params) {
       const auto l = io::to_layout(p.train, p.shape, 0, p.name);
       const box b = reshard::box_of(l, r);
@@ -148,7 +141,7 @@ int main(int argc, char** argv) {
   // 3. Check every target file against the full tensors.
   int bad = 0;
   for (index_t t = 0; t < 4; ++t) {
-    const fs::path f = work / "tune" / ("rank_" + std::to_string(t)) / ("checkpoint_" + std::to_string(t) + ".ckpt");
+    const fs::path f = rank_file(work / "tune", "checkpoint_", t);
     io::ckpt_file ck(f);
     std::printf("%s:\n", f.lexically_relative(work).string().c_str());
     for (const auto& p : params) {
@@ -158,7 +151,7 @@ int main(int argc, char** argv) {
       const auto got = io::gather(e);
       const bool ok = e.type == p.type && e.dims == b.extent.to_vector() && got == content(p, b);
       std::printf("  %-22s %-8s dims %-10s = full%s  %s\n", p.name.c_str(), std::string(io::ms_name(e.type)).c_str(),
-                  reshard::to_string(extents(e.dims.begin(), e.dims.end())).c_str(), reshard::to_string(b).c_str(),
+                  reshard::to_string(index_list(e.dims.begin(), e.dims.end())).c_str(), reshard::to_string(b).c_str(),
                   ok ? "ok" : "MISMATCH");
       bad += !ok;
     }

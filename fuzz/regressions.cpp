@@ -8,6 +8,7 @@
 #include <reshard/layout.hpp>
 #include <reshard/plan.hpp>
 
+#include "../verify/testing.hpp"
 #include "decode.hpp"
 
 #include <gtest/gtest.h>
@@ -48,14 +49,7 @@ void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const reshard::error& e) {
-    return e.what();
-  }
-  return "";
-}
+using reshard_test::error_of;
 
 // layout.hpp validate(): a divisible layout with optimizer sharding listed the bounds of every
 // dim-0 slice to check them, so that 120 bytes of layout JSON (2^30 slices) allocated 8 GiB and
@@ -71,7 +65,6 @@ TEST(fuzz_regressions, optimizer_sharding_check_does_not_list_slices) {
             std::string::npos)
       << msg;
   EXPECT_LT(largest.load(), std::size_t{1} << 20);
-  // the same check, still exact: uneven explicit sizes and the balanced remainder
   // the check is still exact: dev [2,4], dim 0 split by the axis of 2, a replica group of 4
   reshard::layout l{{2, 4}, {{0}}, {8}, reshard::split_mode::divisible, {}, {1, 4}, 0};
   EXPECT_NO_THROW(reshard::validate(l));

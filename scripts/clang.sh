@@ -26,7 +26,7 @@ cmake -S . -B "$build_dir" \
 
 # the self-containment objects and the fuzz targets this configuration defines
 mapfile -t targets < <(cmake --build "$build_dir" --target help |
-  sed -n 's/^\.\.\. \(selfcontained_[a-z]*\|fuzz_[a-z_]*\)$/\1/p' | sort)
+  sed -n 's/^\.\.\. \(selfcontained_[a-z0-9_]*\|fuzz_[a-z0-9_]*\)$/\1/p' | sort)
 if (( ${#targets[@]} == 0 )); then
   echo "clang.sh: no selfcontained_* or fuzz_* target found"
   exit 1

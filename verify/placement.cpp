@@ -11,6 +11,7 @@
 
 #include "gen/layouts.hpp"
 #include "reshard.hpp"
+#include "testing.hpp"
 
 using namespace reshard;
 
@@ -24,7 +25,7 @@ std::string name(const char* prefix, std::size_t i) {
 }
 
 // A chain a0 -> a1 -> ... with the given workers, one tensor per edge.
-op_graph chain(const std::vector<index_t>& workers, const std::vector<extents>& shapes,
+op_graph chain(const std::vector<index_t>& workers, const std::vector<index_list>& shapes,
                index_t elem = 4) {
   op_graph g;
   for (std::size_t i = 0; i < workers.size(); ++i)
@@ -38,7 +39,7 @@ op_graph chain(const std::vector<index_t>& workers, const std::vector<extents>& 
 
 // @post layout_for(on_worker(k), s) == full_layout(s, k)
 RC_GTEST_PROP(Placement, AWorkerHoldsTheWholeTensor, ()) {
-  const extents shape = *verify::shapes();
+  const index_list shape = *verify::shapes();
   const auto k = *rc::gen::inRange<index_t>(0, 1000);
   RC_ASSERT(layout_for(on_worker(k), shape) == full_layout(shape, k));
 }
@@ -48,7 +49,7 @@ RC_GTEST_PROP(Placement, AWorkerHoldsTheWholeTensor, ()) {
 RC_GTEST_PROP(Placement, CrossWorkerEdgesAreWholeTensorTransfers, ()) {
   const auto n = *rc::gen::inRange<std::size_t>(2, 8);
   const auto workers = *rc::gen::container<std::vector<index_t>>(n, rc::gen::inRange<index_t>(0, 4));
-  std::vector<extents> shapes;
+  std::vector<index_list> shapes;
   for (std::size_t i = 0; i + 1 < n; ++i) shapes.push_back(*verify::shapes({.zero_dims = false}));
   const auto elem = static_cast<index_t>(*verify::element_sizes());
   const op_graph g = chain(workers, shapes, elem);
@@ -113,12 +114,7 @@ TEST(Placement, SameWorkerEdgesAreLocal) {
 
 TEST(Placement, BadGraphsAreReported) {
   const auto message = [](const op_graph& g) {
-    try {
-      (void)forward_plans(g);
-    } catch (const error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return reshard_test::error_of([&] { (void)forward_plans(g); });
   };
   op_graph g = chain({0, 1}, {{4}});
   g.edges[0].consumer = "nope";

@@ -58,20 +58,19 @@ inline command add_transform_command(CLI::App& app) {
                                                         o->src_strategy, o->dst_strategy,
                                                         transform_options_of(o->flags), po);
               if (processes().index != 0) return;
-              std::string what = "transformed " + o->src_dir + " -> " + o->dst_dir + " (";
-              what.append(std::to_string(s.files)).append(" target rank").append(s.files == 1 ? "" : "s");
-              what.append(", ").append(o->flags.format).append(", ").append(std::to_string(s.shares.size()));
-              what.append(s.shares.size() == 1 ? " process)" : " processes)");
-              print_summary("reshard transform", what, s, o->flags.json, &s.shares);
+              std::string procs(", ");
+              procs.append(std::to_string(s.shares.size())).append(s.shares.size() == 1 ? " process" : " processes");
+              print_summary("reshard transform",
+                            targets_line("transformed", o->src_dir, o->dst_dir, s.files, o->flags.format, procs), s,
+                            o->flags.json, &s.shares);
               return;
             }
 #endif
             const auto s = io::transform_checkpoints(o->src_dir, o->dst_dir, o->prefix, o->src_strategy,
                                                      o->dst_strategy, transform_options_of(o->flags));
             print_summary("reshard transform",
-                          "transformed " + o->src_dir + " -> " + o->dst_dir + " (" + std::to_string(s.files) +
-                              " target rank" + (s.files == 1 ? "" : "s") + ", " + o->flags.format + ")",
-                          s, o->flags.json);
+                          targets_line("transformed", o->src_dir, o->dst_dir, s.files, o->flags.format), s,
+                          o->flags.json);
           }};
 }
 

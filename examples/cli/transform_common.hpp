@@ -132,6 +132,15 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   return o;
 }
 
+/// The first line of split's and transform's summaries: "<verb> FROM -> TO (N target ranks, FORMAT<more>)".
+inline std::string targets_line(const char* verb, const std::string& from, const std::string& to, std::size_t files,
+                                const std::string& format, const std::string& more = "") {
+  std::string s(verb);
+  s.append(" ").append(from).append(" -> ").append(to).append(" (").append(std::to_string(files));
+  s.append(files == 1 ? " target rank, " : " target ranks, ").append(format).append(more).append(")");
+  return s;
+}
+
 /// Prints the warnings on stderr and the summary on stdout (text or JSON). `shares`: the target
 /// ranks of each process, when several processes wrote the files.
 inline void print_summary(const std::string& prog, const std::string& what, const io::transform_summary& s,

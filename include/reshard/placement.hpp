@@ -20,6 +20,7 @@
 //         reverse order
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -36,7 +37,7 @@ namespace reshard {
 /// axis how the operator's tensors are split (Shard(dim)) or replicated. A whole worker is a
 /// one-device mesh (on_worker).
 struct op_placement {
-  extents mesh{1};                                  ///< sizes of the mesh axes, axis 0 outermost
+  index_list mesh{1};                                  ///< sizes of the mesh axes, axis 0 outermost
   std::vector<placement> placements{replicate{}};  ///< one per mesh axis
   index_t first_rank = 0;                           ///< global rank of the mesh's first device
   split_mode mode = split_mode::chunk;              ///< how uneven dims are split
@@ -45,11 +46,11 @@ struct op_placement {
 
 /// The whole operator on worker `worker` (MindSpore: place("MS_WORKER", worker)).
 constexpr op_placement on_worker(index_t worker) {
-  return {extents{1}, {replicate{}}, worker, split_mode::divisible};
+  return {index_list{1}, {replicate{}}, worker, split_mode::divisible};
 }
 
 /// The operator sharded over a mesh of workers, ranks first_rank .. first_rank + size - 1.
-constexpr op_placement on_mesh(extents mesh, std::vector<placement> placements,
+constexpr op_placement on_mesh(index_list mesh, std::vector<placement> placements,
                                index_t first_rank = 0, split_mode mode = split_mode::chunk) {
   return {std::move(mesh), std::move(placements), first_rank, mode};
 }
@@ -63,7 +64,7 @@ constexpr bool is_single_worker(const op_placement& p) {
 
 /// The layout of a tensor of shape `shape` that an operator placed at `p` holds.
 // @post layout_for(on_worker(k), s) == full_layout(s, k)
-constexpr layout layout_for(const op_placement& p, const extents& shape) {
+constexpr layout layout_for(const op_placement& p, const index_list& shape) {
   if (is_single_worker(p)) return full_layout(shape, p.first_rank);
   return dtensor_layout(p.mesh, p.placements, shape, {.mode = p.mode, .first_rank = p.first_rank});
 }
@@ -80,7 +81,7 @@ struct tensor_edge {
   std::string producer;
   std::string consumer;
   std::string tensor;  ///< a name for messages and listings
-  extents shape;
+  index_list shape;
   index_t element_bytes = 4;
   friend constexpr bool operator==(const tensor_edge&, const tensor_edge&) = default;
 };
@@ -168,9 +169,7 @@ constexpr std::vector<edge_plan> edge_plans(const op_graph& g, direction d) {
     out.push_back({e.tensor, fwd ? prod.name : cons.name, fwd ? cons.name : prod.name, d,
                    e.element_bytes, std::move(p), c.cross_bytes});
   }
-  if (d == direction::backward) {
-    for (std::size_t i = 0, j = out.size(); i + 1 < j; ++i, --j) std::swap(out[i], out[j - 1]);
-  }
+  if (d == direction::backward) std::reverse(out.begin(), out.end());
   return out;
 }
 

@@ -52,6 +52,8 @@ scenario retrain_8to4
 transform_ok "8->4 retrain, optimizer sharding on the target" --jobs 2
 expect_text "the summary names the files and bytes" "files written +4 \(" transform --src-dir "$d/src" \
   --dst-dir "$d/out2" "${strategies[@]}"
+if grep -qxF "transformed $d/src -> $d/out2 (4 target ranks, ckpt)" <<<"$out"; then pass; else
+  fail "the summary's first line names the directories, the target ranks and the format" "stdout: $out"; fi
 expect_json "--json summary" "j['files'] == 4 and j['sliced'] == 28 and j['copied'] == 16 and j['bytes_written'] > 0 and j['peak_rss_bytes'] > 0" \
   transform --src-dir "$d/src" --dst-dir "$d/out3" "${strategies[@]}" --json
 expect_json "rank-list is minimal" "j == [0, 1, 2, 3]" rank-list --rank 0 "${strategies[@]}"
@@ -102,6 +104,8 @@ if [[ $rc -eq 0 ]]; then check "merge 8 ranks to one full checkpoint" "$d/merged
 scenario split_4
 run split --checkpoint "$d/full.ckpt" --dst-dir "$d/out" "${strategies[@]}"
 if [[ $rc -eq 0 ]]; then check "split a full checkpoint to 4 ranks" "$d/out"; else fail "split" "stderr: $err"; fi
+if grep -qxF "split $d/full.ckpt -> $d/out (4 target ranks, ckpt)" <<<"$out"; then pass; else
+  fail "split's summary names the file, the target ranks and the format" "stdout: $out"; fi
 expect_json "inspect a checkpoint" "[p['name'] for p in j['parameters']][:3] == ['layer1.weight', 'layer1.bias', 'embedding'] and any(p.get('map_tensor') for p in j['parameters'])" \
   inspect "$d/full.ckpt" --json
 expect_text "inspect a strategy" "^layer1.weight +0 +dev\[2,2,1\] map\[1,0\] opt\(step 2, size 2\)$" inspect "$d/dst_strategy.ckpt"

@@ -18,6 +18,8 @@
 #include <string>
 #include <string_view>
 
+#include "../testing.hpp"
+
 namespace {
 std::atomic<std::size_t> largest{0};
 }  // namespace
@@ -50,11 +52,7 @@ template <class F>
 outcome run(F&& fn) {
   outcome o;
   largest = 0;
-  try {
-    fn();
-  } catch (const reshard::error& e) {
-    o.error = e.what();
-  }
+  o.error = reshard_test::error_of(fn);
   o.largest = largest.load();
   return o;
 }

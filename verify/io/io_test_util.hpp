@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <reshard/error.hpp>
 
+#include "../testing.hpp"  // error_of
+
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -160,17 +162,6 @@ template <class F>
     return ::testing::AssertionFailure() << "threw another exception: " << e.what();
   }
   return ::testing::AssertionFailure() << "did not throw";
-}
-
-/// The message of the reshard::error fn() throws ("" if none).
-template <class F>
-std::string error_message(F&& fn) {
-  try {
-    fn();
-  } catch (const reshard::error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace reshard_test

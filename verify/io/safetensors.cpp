@@ -30,7 +30,7 @@ std::string st_file(const std::string& header, const std::string& data) {
 
 std::string read_error(const temp_dir& dir, const std::string& bytes) {
   write_bytes(dir / "bad.safetensors", as_bytes(bytes));
-  return error_message([&] { safetensors_file f(dir / "bad.safetensors"); });
+  return error_of([&] { safetensors_file f(dir / "bad.safetensors"); });
 }
 
 const std::vector<std::int64_t> dims22{2, 2};
@@ -156,7 +156,7 @@ RC_GTEST_PROP(safetensors_roundtrip, read_of_write_is_identity, ()) {
   }
   std::map<std::string, std::string> metadata;
   for (auto k = *rc::gen::inRange(0, 3); k > 0; --k)
-    metadata["m" + std::to_string(k)] = *rc::gen::container<std::string>(rc::gen::inRange<char>(' ', '~'));
+    metadata[std::string("m").append(std::to_string(k))] = *rc::gen::container<std::string>(rc::gen::inRange<char>(' ', '~'));
   std::vector<std::vector<std::byte>> data;
   std::vector<safetensors_tensor_view> views;
   for (const auto& [name, d] : decl) {

@@ -153,6 +153,23 @@ std::string listing(const fs::path& dir) {
   return out;
 }
 
+// In a child, with a tmpfs (`options`, `flags`) mounted on dest's directory: what
+// wc.write(dest, bytes) threw ("did not throw" if nothing), then "\nleft: " and the files the
+// mount holds afterwards.
+child_result write_in_tmpfs(const writer_case& wc, const fs::path& dest, const char* options,
+                            unsigned long flags, std::size_t bytes) {
+  return in_child([&]() -> std::string {
+    if (auto why = mount_tmpfs(dest.parent_path(), options, flags); !why.empty()) return why;
+    std::string msg = "did not throw";
+    try {
+      wc.write(dest, bytes);
+    } catch (const reshard::error& e) {
+      msg = e.what();
+    }
+    return msg + "\nleft: " + listing(dest.parent_path());
+  });
+}
+
 // A pid that no process has: a child's, after it was reaped.
 ::pid_t dead_pid() {
   const ::pid_t pid = ::fork();
@@ -190,16 +207,7 @@ TEST(full_disk, every_writer_reports_enospc_and_leaves_nothing) {
     temp_dir dir;
     fs::create_directories(dir / "mnt");
     const fs::path dest = dir / "mnt" / "out.bin";
-    const auto r = in_child([&]() -> std::string {
-      if (auto why = mount_tmpfs(dir / "mnt", "size=256k"); !why.empty()) return why;
-      std::string msg = "did not throw";
-      try {
-        wc.write(dest, 3 << 20);
-      } catch (const reshard::error& e) {
-        msg = e.what();
-      }
-      return msg + "\nleft: " + listing(dir / "mnt");
-    });
+    const auto r = write_in_tmpfs(wc, dest, "size=256k", 0, 3 << 20);
     if (r.exited(skip_code)) GTEST_SKIP() << "SKIPPED (no mount namespace here): " << r.text;
     ASSERT_TRUE(r.exited(0)) << r.text;
     EXPECT_NE(r.text.find(dest.string()), std::string::npos) << r.text;
@@ -216,15 +224,7 @@ TEST(read_only, every_writer_reports_erofs_and_leaves_nothing) {
     temp_dir dir;
     fs::create_directories(dir / "mnt");
     const fs::path dest = dir / "mnt" / "out.bin";
-    const auto r = in_child([&]() -> std::string {
-      if (auto why = mount_tmpfs(dir / "mnt", "size=256k", MS_RDONLY); !why.empty()) return why;
-      try {
-        wc.write(dest, 1000);
-      } catch (const reshard::error& e) {
-        return std::string(e.what()) + "\nleft: " + listing(dir / "mnt");
-      }
-      return "did not throw";
-    });
+    const auto r = write_in_tmpfs(wc, dest, "size=256k", MS_RDONLY, 1000);
     if (r.exited(skip_code)) GTEST_SKIP() << "SKIPPED (no mount namespace here): " << r.text;
     ASSERT_TRUE(r.exited(0)) << r.text;
     EXPECT_NE(r.text.find(dest.string() + ": cannot create temporary file"), std::string::npos) << r.text;

@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "../testing.hpp"
 #include "reshard/error.hpp"
 
 #define RC_LAW(...)                                           \
@@ -24,13 +25,4 @@
     EXPECT_TRUE(reshard_law_why_.empty()) << reshard_law_why_; \
   } while (0)
 
-/// The message of the reshard::error that `f` throws ("" if it throws nothing).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const reshard::error& e) {
-    return e.what();
-  }
-  return "";
-}
+using reshard_test::error_of;  // verify/testing.hpp

@@ -18,7 +18,7 @@ using bytes = std::vector<std::byte>;
 
 /// A full row-major tensor of `elem`-byte elements whose values are distinct (for elem >= 2 and
 /// fewer than 2^16 elements): element i holds (i * odd + salt) mod 2^(8 elem), little-endian.
-inline bytes distinct_tensor(const extents& shape, std::size_t elem, std::uint64_t salt = 0) {
+inline bytes distinct_tensor(const index_list& shape, std::size_t elem, std::uint64_t salt = 0) {
   const auto n = static_cast<std::size_t>(volume(shape));
   bytes out(n * elem);
   for (std::size_t i = 0; i < n; ++i) {
@@ -61,7 +61,7 @@ inline shard_set naive_split(const layout& l, const bytes& full, std::size_t ele
   for (const box& b : boxes(l)) {
     bytes out(static_cast<std::size_t>(volume(b)) * elem);
     const std::size_t n = b.offset.size();
-    extents k(n, 0);
+    index_list k(n, 0);
     for (index_t e = 0; e < volume(b); ++e) {
       index_t flat = 0;
       for (std::size_t i = 0; i < n; ++i) flat = flat * l.shape[i] + b.offset[i] + k[i];
@@ -86,15 +86,20 @@ inline shard_set split_shards(const layout& l, const bytes& full, std::size_t el
   return s;
 }
 
-/// convert(plan, in) into fresh buffers of the plan's target layout.
+/// convert(plan, in, options) into fresh buffers of the plan's target layout.
 inline shard_set convert_shards(const transfer_plan& p, const shard_set& in, std::size_t elem,
-                                unsigned threads = 1) {
+                                const convert_options& options) {
   shard_set out = blank_shards(p.dst, elem);
   auto sp = in.cptrs();
   auto dp = out.ptrs();
-  convert(p, std::span<const std::byte* const>(sp), std::span<std::byte* const>(dp), elem,
-          {threads});
+  convert(p, std::span<const std::byte* const>(sp), std::span<std::byte* const>(dp), elem, options);
   return out;
+}
+
+/// convert(plan, in) with `threads` threads into fresh buffers of the plan's target layout.
+inline shard_set convert_shards(const transfer_plan& p, const shard_set& in, std::size_t elem,
+                                unsigned threads = 1) {
+  return convert_shards(p, in, elem, convert_options{.threads = threads});
 }
 
 /// merge(l, shards) into a fresh full tensor.

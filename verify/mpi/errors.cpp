@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "testing.hpp"
 #include "reshard.hpp"
 
 namespace {
@@ -24,16 +25,16 @@ namespace {
 using namespace reshard;
 using bytes = std::vector<std::byte>;
 
+// reshard_test::error_of, but any other exception is reported (not thrown: a throw on one
+// process would leave the others waiting) and no error reads "no error".
 template <class F>
 std::string error_of(F&& f) {
   try {
-    f();
-  } catch (const reshard::error& e) {
-    return e.what();
+    const std::string got = reshard_test::error_of(f);
+    return got.empty() ? "no error" : got;
   } catch (const std::exception& e) {
     return std::string("not a reshard::error: ") + e.what();
   }
-  return "no error";
 }
 
 // Runs `f` on every process; each must throw reshard::error whose message contains `expect`
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
     const MPI_Comm comm = MPI_COMM_WORLD;
     const int me = h.rank();
     const std::string who = "process " + std::to_string(me) + " (global rank " + std::to_string(me) + ")";
-    const extents shape{8, 4};
+    const index_list shape{8, 4};
     const layout rows4 = mindspore_layout({4}, {0, -1}, shape);
     const layout cols2 = mindspore_layout({2}, {-1, 0}, shape);
     const transfer_plan good = plan(rows4, cols2);
@@ -150,6 +151,9 @@ int main(int argc, char** argv) {
       transfer_plan p = good;
       p.src.dev_matrix = {0};
       (void)mpi::redistribute(comm, p, mine, 4);
+    });
+    expect_error(h, "no communicator", "redistribute: the communicator is MPI_COMM_NULL", [&] {
+      (void)mpi::redistribute(MPI_COMM_NULL, good, mine, 4);
     });
 
     // 5. The communicator still works.

@@ -1,4 +1,4 @@
-// reshard/io/ckpt.hpp: MindSpore `.ckpt` checkpoint files (see shared/spec/mindspore.md §3).
+// reshard/io/ckpt.hpp: MindSpore `.ckpt` checkpoint files (see docs/formats.md#3-checkpoint-files).
 //
 // Format: a concatenation of serialized `Checkpoint { repeated Value value = 1; }` messages,
 // `Value { required string tag = 1; oneof { TensorProto tensor = 2; MapTensorProto maptensor = 3; } }`,
@@ -57,6 +57,20 @@ inline constexpr std::uint64_t ckpt_chunk_bytes = 536870912;
 /// Most dims a checkpoint tensor may have (numpy allows 64).
 inline constexpr std::size_t ckpt_max_rank = 64;
 
+namespace detail {
+// The bytes of a content stored as `pieces`.
+inline std::uint64_t content_size(std::span<const std::span<const std::byte>> pieces) noexcept {
+  std::uint64_t n = 0;
+  for (auto p : pieces) n += p.size();
+  return n;
+}
+// A tensor (not a map tensor) of dims [], or MindSpore's scalar dims [0] with content.
+inline bool is_scalar(bool map_tensor, std::span<const std::int64_t> dims,
+                      std::span<const std::span<const std::byte>> pieces) noexcept {
+  return !map_tensor && (dims.empty() || (dims.size() == 1 && dims[0] == 0 && content_size(pieces) != 0));
+}
+}  // namespace detail
+
 /// One parameter of a checkpoint: one Value, or several consecutive Values with the same tag.
 /// The spans point into the reader's memory mapping and live as long as the ckpt_file.
 struct ckpt_entry {
@@ -68,15 +82,9 @@ struct ckpt_entry {
   std::vector<std::span<const std::byte>> values;  ///< each serialized Value, byte-exact
 
   /// Total content bytes (sum of the pieces).
-  std::uint64_t content_size() const noexcept {
-    std::uint64_t n = 0;
-    for (auto p : pieces) n += p.size();
-    return n;
-  }
+  std::uint64_t content_size() const noexcept { return detail::content_size(pieces); }
   /// dims [] or MindSpore's scalar dims [0] with one element.
-  bool is_scalar() const noexcept {
-    return !map_tensor && (dims.empty() || (dims.size() == 1 && dims[0] == 0 && content_size() != 0));
-  }
+  bool is_scalar() const noexcept { return detail::is_scalar(map_tensor, dims, pieces); }
 };
 
 /// Copies the content of `entry` (its pieces, concatenated) into `out`.
@@ -138,6 +146,22 @@ inline constexpr std::uint32_t ckpt_magic_aes_cbc = 0x7F3A5ED9u;
 inline constexpr std::uint32_t ckpt_magic_sm4_cbc = 0x7F3A5EDAu;
 inline constexpr std::string_view crc_marker = "crc_num";
 inline constexpr std::size_t crc_trailer_size = 17;
+
+// Checks that the crc_num trailer ending `file` (a whole ckpt file) holds `actual`, the crc32 of
+// the bytes before the trailer; reshard::error prefixed `prefix` if not.
+inline void check_crc_trailer(std::span<const std::byte> file, std::uint32_t actual, const std::string& prefix) {
+  const auto stored = file.last(10);
+  bool fits = true;
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < 10; ++i) {
+    if (i < 6 && stored[i] != std::byte{0}) fits = false;
+    value = value << 8 | std::to_integer<std::uint64_t>(stored[i]);
+  }
+  if (!fits || value != actual)
+    report_error(prefix + "CRC mismatch: the crc_num trailer holds " + (fits ? std::to_string(value) : "a value over 2^32") +
+                 ", the " + std::to_string(file.size() - crc_trailer_size) + " bytes before it give " +
+                 std::to_string(actual));
+}
 
 struct ckpt_piece {
   std::string name;
@@ -251,19 +275,7 @@ inline ckpt_index index_ckpt(std::span<const std::byte> bytes, std::string_view 
       std::memcmp(bytes.data() + bytes.size() - crc_trailer_size, crc_marker.data(), crc_marker.size()) == 0) {
     index.crc = true;
     body = bytes.first(bytes.size() - crc_trailer_size);
-    if (opts.verify_crc) {
-      auto stored = bytes.last(10);
-      bool fits = true;
-      std::uint64_t value = 0;
-      for (std::size_t i = 0; i < 10; ++i) {
-        if (i < 6 && stored[i] != std::byte{0}) fits = false;
-        value = value << 8 | std::to_integer<std::uint64_t>(stored[i]);
-      }
-      const std::uint32_t actual = crc32(body);
-      if (!fits || value != actual)
-        report_error(prefix + "CRC mismatch: the crc_num trailer holds " + (fits ? std::to_string(value) : "a value over 2^32") +
-                     ", the " + std::to_string(body.size()) + " bytes before it give " + std::to_string(actual));
-    }
+    if (opts.verify_crc) check_crc_trailer(bytes, crc32(body), prefix);
   }
 
   std::unordered_map<std::string, std::size_t> seen;
