@@ -75,7 +75,7 @@ setup make_setup(std::size_t run) {
   s.run = run;
   s.cols = dst_ranks * run / elem;
   s.rows = total_bytes() / (dst_ranks * run);
-  const reshard::extents shape{static_cast<index_t>(s.rows), static_cast<index_t>(s.cols)};
+  const reshard::index_list shape{static_cast<index_t>(s.rows), static_cast<index_t>(s.cols)};
   s.plan = reshard::plan(reshard::mindspore_layout({src_ranks}, {-1, 0}, shape),
                          reshard::mindspore_layout({dst_ranks}, {-1, 0}, shape));
   const std::size_t n = total_bytes();

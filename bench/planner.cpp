@@ -23,7 +23,7 @@
 
 namespace {
 
-using reshard::extents;
+using reshard::index_list;
 using reshard::index_t;
 using reshard::layout;
 using reshard::mindspore_layout;
@@ -40,7 +40,7 @@ struct bench_case {
   std::vector<layout_pair> pairs;
 };
 
-layout ms(extents dev, const tensor_map& map, extents shape) {
+layout ms(index_list dev, const tensor_map& map, index_list shape) {
   reshard::mindspore_options o;
   o.mode = split_mode::balanced;
   return mindspore_layout(std::move(dev), map, std::move(shape), o);
@@ -52,7 +52,7 @@ std::string arrow(const layout& a, const layout& b) {
 
 std::vector<bench_case> pair_cases() {
   struct grid {
-    extents src, dst;
+    index_list src, dst;
   };
   // megatron: [dp, tp] -> [dp', tp']
   std::vector<grid> megatron = {{{1, 8}, {1, 4}},
@@ -69,12 +69,12 @@ std::vector<bench_case> pair_cases() {
   const std::size_t n = tiny() ? 2 : megatron.size();
   std::vector<bench_case> out;
   for (std::size_t k = 0; k < n; ++k) {
-    const extents shape{12288, 49152};
+    const index_list shape{12288, 49152};
     layout_pair p{ms(megatron[k].src, {-1, 0}, shape), ms(megatron[k].dst, {-1, 0}, shape)};
     out.push_back({"megatron/" + arrow(p.src, p.dst), {p}});
   }
   for (std::size_t k = 0; k < n; ++k) {
-    const extents shape{50257, 12288};
+    const index_list shape{50257, 12288};
     layout_pair p{ms(grid2d[k].src, {1, 0}, shape), ms(grid2d[k].dst, {1, 0}, shape)};
     out.push_back({"grid2d/" + arrow(p.src, p.dst), {p}});
   }
@@ -87,9 +87,9 @@ bench_case model_case() {
   const bool t = tiny();
   const index_t h = 12288, vocab = 50257, positions = 2048;
   const int layers = t ? 2 : 41;
-  const extents src_dev = t ? extents{8, 8} : extents{128, 8};
-  const extents dst_dev = t ? extents{4, 12} : extents{64, 12};
-  std::vector<std::pair<tensor_map, extents>> params;
+  const index_list src_dev = t ? index_list{8, 8} : index_list{128, 8};
+  const index_list dst_dev = t ? index_list{4, 12} : index_list{64, 12};
+  std::vector<std::pair<tensor_map, index_list>> params;
   params.push_back({{0, -1}, {vocab, h}});   // word embedding
   params.push_back({{-1, -1}, {positions, h}});  // position embedding
   for (int l = 0; l < layers; ++l) {

@@ -49,7 +49,7 @@ struct mesh {
 // One kind of tensor: shape, MindSpore tensor map over [dp, tp], how many the model has.
 struct tensor_kind {
   const char* name;
-  extents shape;
+  index_list shape;
   tensor_map map;
   index_t count;
 };

@@ -23,21 +23,21 @@
 
 namespace lenet {
 
-using reshard::extents;
+using reshard::index_list;
 using reshard::index_t;
 
 inline constexpr index_t batch = 32;
 
 /// Activation shapes, derived layer by layer: valid 5x5 convolutions shrink a side by 4, the 2x2
 /// pools of stride 2 halve it.
-inline const extents conv1_out{batch, 6, 28, 28};   // 32 - 5 + 1 = 28
-inline const extents pool1_out{batch, 6, 14, 14};   // 28 / 2
-inline const extents conv2_out{batch, 16, 10, 10};  // 14 - 5 + 1 = 10
-inline const extents pool2_out{batch, 16, 5, 5};    // 10 / 2
-inline const extents flat{batch, 400};              // 16 * 5 * 5
-inline const extents fc1_out{batch, 120};
-inline const extents fc2_out{batch, 84};
-inline const extents fc3_out{batch, 10};  // logits
+inline const index_list conv1_out{batch, 6, 28, 28};   // 32 - 5 + 1 = 28
+inline const index_list pool1_out{batch, 6, 14, 14};   // 28 / 2
+inline const index_list conv2_out{batch, 16, 10, 10};  // 14 - 5 + 1 = 10
+inline const index_list pool2_out{batch, 16, 5, 5};    // 10 / 2
+inline const index_list flat{batch, 400};              // 16 * 5 * 5
+inline const index_list fc1_out{batch, 120};
+inline const index_list fc2_out{batch, 84};
+inline const index_list fc3_out{batch, 10};  // logits
 
 /// The tutorial's placement, unplaced operators on worker 0 (MindSpore's default label).
 inline reshard::op_graph tutorial_graph() {

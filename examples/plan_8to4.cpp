@@ -59,7 +59,7 @@ std::string kib(index_t bytes) {
 }  // namespace
 
 int main() {
-  const reshard::extents shape{784, 512};
+  const reshard::index_list shape{784, 512};
   const layout train = reshard::mindspore_layout({2, 1, 2, 2}, {2, 1}, shape);
   const layout tune = reshard::mindspore_layout({2, 2, 1}, {1, 0}, shape,
                                                 {.opt = {.step = 2, .size = 2}});

@@ -31,7 +31,7 @@ namespace scenario {
 namespace fs = std::filesystem;
 namespace io = reshard::io;
 using reshard::box;
-using reshard::extents;
+using reshard::index_list;
 using reshard::index_t;
 
 /// `prefix` `n` `suffix`: "rank_3", "checkpoint_3.ckpt".
@@ -54,7 +54,7 @@ inline fs::path rank_file(const fs::path& dir, std::string_view prefix, index_t 
 struct param {
   std::string name;
   io::dtype type;  ///< float32 or int32
-  extents shape;
+  index_list shape;
 };
 using network = std::vector<param>;
 
@@ -185,7 +185,7 @@ inline std::vector<std::byte> content(const network& net, std::size_t k, const b
   return out;
 }
 
-inline box whole(const extents& shape) { return box{extents(shape.size(), 0), shape}; }
+inline box whole(const index_list& shape) { return box{index_list(shape.size(), 0), shape}; }
 
 /// learning_rate and global_step: in no strategy, the same on every rank.
 constexpr float learning_rate = 0.01f;
@@ -254,7 +254,7 @@ inline int check_file(const fs::path& file, const network& net, const strategy* 
     }
     if (t->type != p.type || t->dims != b.extent.to_vector()) {
       fail("'" + p.name + "' is " + std::string(io::ms_name(t->type)) + " " +
-           reshard::to_string(extents(t->dims.begin(), t->dims.end())) + ", expected " +
+           reshard::to_string(index_list(t->dims.begin(), t->dims.end())) + ", expected " +
            std::string(io::ms_name(p.type)) + " " + reshard::to_string(b.extent) + " (the box " + reshard::to_string(b) +
            ")");
       continue;

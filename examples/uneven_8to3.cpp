@@ -37,7 +37,7 @@ void print_boxes(const char* name, const layout& l) {
 
 int main() {
   using reshard::split_mode;
-  const reshard::extents shape{10, 7};
+  const reshard::index_list shape{10, 7};
   // MindSpore spelling with a split mode; DTensor (mesh (4,2), [Shard(0), Shard(1)]) is the same.
   const layout src = reshard::mindspore_layout({4, 2}, {1, 0}, shape, {.mode = split_mode::chunk});
   const layout dst = reshard::mindspore_layout({3}, {0, -1}, shape,

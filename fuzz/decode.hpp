@@ -101,8 +101,8 @@ inline constexpr std::array<reshard::index_t, 6> wild_firsts{
     std::numeric_limits<reshard::index_t>::max(), std::numeric_limits<reshard::index_t>::min(),
     (reshard::index_t{1} << 31) - 8};
 
-inline reshard::extents decode_shape(input& in) {
-  reshard::extents shape;
+inline reshard::index_list decode_shape(input& in) {
+  reshard::index_list shape;
   const std::size_t rank = in.byte() % (max_rank + 1);
   reshard::index_t volume = 1;
   for (std::size_t i = 0; i < rank; ++i) {
@@ -119,7 +119,7 @@ inline reshard::extents decode_shape(input& in) {
   return shape;
 }
 
-inline reshard::layout decode_layout(input& in, const reshard::extents& shape) {
+inline reshard::layout decode_layout(input& in, const reshard::index_list& shape) {
   reshard::layout l;
   l.shape = shape;
   const std::size_t nd = in.byte() % 5;
@@ -198,7 +198,7 @@ inline layout_pair decode_layout_pair(input& in) {
   constexpr std::array<std::size_t, 5> sizes{1, 2, 3, 4, 8};
   layout_pair p;
   p.element_bytes = sizes[in.byte() % sizes.size()];
-  const reshard::extents shape = decode_shape(in);
+  const reshard::index_list shape = decode_shape(in);
   p.a = decode_layout(in, shape);
   p.b = decode_layout(in, shape);
   return p;

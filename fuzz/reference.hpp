@@ -34,7 +34,7 @@ inline bool is_valid(const reshard::layout& l) {
 }
 
 /// The elements of box `b` of the row-major tensor `full` of `shape`, row-major.
-inline std::vector<std::byte> cut(std::span<const std::byte> full, const reshard::extents& shape,
+inline std::vector<std::byte> cut(std::span<const std::byte> full, const reshard::index_list& shape,
                                   const reshard::box& b, std::size_t elem) {
   const std::size_t n = shape.size();
   std::vector<std::byte> out(static_cast<std::size_t>(reshard::volume(b)) * elem);

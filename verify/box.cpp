@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17,7 +18,7 @@ using namespace reshard;
 
 namespace {
 
-// Boxes of `n` dims inside [0, 12)^n, extents 0..6.
+// Boxes of `n` dims inside [0, 12)^n, index_list 0..6.
 rc::Gen<box> boxes_of_rank(std::size_t n) {
   return rc::gen::exec([n] {
     box b;
@@ -29,7 +30,7 @@ rc::Gen<box> boxes_of_rank(std::size_t n) {
   });
 }
 
-bool contains(const box& b, const extents& p) {
+bool contains(const box& b, const index_list& p) {
   for (std::size_t i = 0; i < p.size(); ++i)
     if (p[i] < b.offset[i] || p[i] >= b.offset[i] + b.extent[i]) return false;
   return true;
@@ -48,7 +49,7 @@ RC_GTEST_PROP(Box, IntersectIsPointwiseAnd, ()) {
   if (volume(c) > 0) RC_ASSERT(intersect(b, a) == c);
   RC_ASSERT(intersect(a, a) == a);
   index_t inside = 0;
-  extents p(n, 0);
+  index_list p(n, 0);
   for (index_t k = 0; k < index_t{1} << (4 * n); ++k) {  // every point of [0, 16)^n
     index_t rest = k;
     for (std::size_t i = 0; i < n; ++i) p[i] = rest % 16, rest /= 16;
@@ -59,7 +60,7 @@ RC_GTEST_PROP(Box, IntersectIsPointwiseAnd, ()) {
   RC_ASSERT(inside == volume(c));
 }
 
-// volume is the product of the extents; a 0-d box holds one element.
+// volume is the product of the index_list; a 0-d box holds one element.
 RC_GTEST_PROP(Box, VolumeIsProductOfExtents, ()) {
   const std::size_t n = *rc::gen::inRange<std::size_t>(0, 5);
   const box b = *boxes_of_rank(n);
@@ -86,10 +87,10 @@ RC_GTEST_PROP(Box, ToStringListsRanges, ()) {
   RC_ASSERT(to_string(v) == list + "]");
 }
 
-// extents (a list that keeps up to 4 entries inline) behaves like std::vector<index_t> under any
+// index_list (a list that keeps up to 4 entries inline) behaves like std::vector<index_t> under any
 // sequence of operations, across the inline/heap boundary; copies are independent values.
 RC_GTEST_PROP(Extents, BehaveLikeAVector, ()) {
-  extents e;
+  index_list e;
   std::vector<index_t> model;
   const int steps = *rc::gen::inRange(0, 40);
   for (int s = 0; s < steps; ++s) {
@@ -123,7 +124,7 @@ RC_GTEST_PROP(Extents, BehaveLikeAVector, ()) {
         break;
       }
       case 6: {
-        const extents copy = e;  // a copy, then the original changes
+        const index_list copy = e;  // a copy, then the original changes
         e.push_back(v);
         RC_ASSERT(copy.to_vector() == model);
         model.push_back(v);
@@ -134,9 +135,9 @@ RC_GTEST_PROP(Extents, BehaveLikeAVector, ()) {
         model.clear();
         break;
       default: {
-        extents other(model.begin(), model.end());
+        index_list other(model.begin(), model.end());
         RC_ASSERT(other == e);
-        const extents moved = std::move(other);
+        const index_list moved = std::move(other);
         RC_ASSERT(moved == e);
         // a moved-from list is still a valid list: consistent size and entries, usable again
         RC_ASSERT(static_cast<std::size_t>(other.end() - other.begin()) == other.size());
@@ -144,7 +145,7 @@ RC_GTEST_PROP(Extents, BehaveLikeAVector, ()) {
         RC_ASSERT(other.back() == v);
         other = e;
         RC_ASSERT(other == e);
-        extents tmp = e;
+        index_list tmp = e;
         other = std::move(tmp);  // move-assign, then reuse the source
         RC_ASSERT(other == e);
         RC_ASSERT(static_cast<std::size_t>(tmp.end() - tmp.begin()) == tmp.size());
@@ -160,10 +161,10 @@ RC_GTEST_PROP(Extents, BehaveLikeAVector, ()) {
       RC_ASSERT(e.front() == model.front());
       RC_ASSERT(e.back() == model.back());
     }
-    RC_ASSERT(extents(model) == e);
+    RC_ASSERT(index_list(model) == e);
   }
   // equality is by value, whatever the history of either side
-  extents fresh;
+  index_list fresh;
   for (index_t v : model) fresh.push_back(v);
   RC_ASSERT(fresh == e);
   if (!model.empty()) {
@@ -176,11 +177,11 @@ TEST(Box, Examples) {
   EXPECT_EQ(to_string(box{{0, 2}, {4, 2}}), "[0:4,2:4]");
   EXPECT_EQ(to_string(box{}), "[]");
   EXPECT_EQ(volume(box{}), 1);
-  EXPECT_EQ(to_string(extents{}), "[]");
-  EXPECT_EQ(to_string(extents{2, 4}), "[2,4]");
-  EXPECT_EQ(to_string(extents{-1, 0, 10}), "[-1,0,10]");
+  EXPECT_EQ(to_string(index_list{}), "[]");
+  EXPECT_EQ(to_string(index_list{2, 4}), "[2,4]");
+  EXPECT_EQ(to_string(index_list{-1, 0, 10}), "[-1,0,10]");
   EXPECT_EQ(
-      to_string(extents{std::numeric_limits<index_t>::min(), std::numeric_limits<index_t>::max()}),
+      to_string(index_list{std::numeric_limits<index_t>::min(), std::numeric_limits<index_t>::max()}),
       "[-9223372036854775808,9223372036854775807]");
   // disjoint boxes meet in an empty box, placed at the larger offset
   EXPECT_EQ(intersect(box{{0}, {2}}, box{{5}, {2}}), (box{{5}, {0}}));
@@ -194,5 +195,11 @@ static_assert(reshard::intersect(reshard::box{{0, 0}, {4, 4}}, reshard::box{{2, 
 // clang before 16 cannot constant-evaluate libstdc++'s std::string (inactive union member).
 #if !defined(__clang__) || __clang_major__ >= 16
 static_assert(reshard::to_string(reshard::box{{0, 2}, {4, 2}}) == "[0:4,2:4]");
-static_assert(reshard::to_string(reshard::extents{-3, 7}) == "[-3,7]");
+static_assert(reshard::to_string(reshard::index_list{-3, 7}) == "[-3,7]");
 #endif
+
+// The former name of index_list still compiles (deprecated).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static_assert(std::is_same_v<reshard::extents, reshard::index_list>);
+#pragma GCC diagnostic pop

@@ -1,5 +1,5 @@
 // verify/builders.cpp: the layout builders (include/reshard/layout.hpp): mindspore_layout against
-// the worked examples of the MindSpore reference (docs spec §1), dtensor_layout and jax_layout
+// the worked examples of the MindSpore reference (docs/formats.md#1-layouts), dtensor_layout and jax_layout
 // against mindspore_layout, DTensor's nested chunking against torch's own formula, full_layout.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -155,8 +155,8 @@ TEST(MindSporeLayout, UnevenModes) {
   const layout b = mindspore_layout({4}, {0}, {10}, {.mode = split_mode::balanced});
   const index_t chunk[] = {3, 3, 3, 1}, balanced[] = {3, 3, 2, 2};
   for (index_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(slice_shape(c, r), extents{chunk[r]});
-    EXPECT_EQ(slice_shape(b, r), extents{balanced[r]});
+    EXPECT_EQ(slice_shape(c, r), index_list{chunk[r]});
+    EXPECT_EQ(slice_shape(b, r), index_list{balanced[r]});
   }
 }
 
@@ -245,10 +245,10 @@ RC_GTEST_PROP(Builders, SameGridInThreeNotationsGivesEqualBoxes, ()) {
 // or in shard_order).
 RC_GTEST_PROP(Builders, DtensorNestedChunkMatchesTorch, ()) {
   const std::size_t naxes = *rc::gen::inRange<std::size_t>(2, 4);
-  extents mesh;
+  index_list mesh;
   for (std::size_t a = 0; a < naxes; ++a) mesh.push_back(*rc::gen::inRange<index_t>(1, 5));
   const std::size_t nd = *rc::gen::inRange<std::size_t>(1, 4);
-  extents shape;
+  index_list shape;
   for (std::size_t d = 0; d < nd; ++d) shape.push_back(*rc::gen::inRange<index_t>(0, 24));
   // at least two axes shard dim `d0`; the others replicate or shard any dim
   const std::size_t d0 = *rc::gen::inRange<std::size_t>(0, nd);
@@ -274,10 +274,10 @@ RC_GTEST_PROP(Builders, DtensorNestedChunkMatchesTorch, ()) {
   }
   const layout l = dtensor_layout(mesh, pl, shape, o);
   for (index_t r = 0; r < num_ranks(l); ++r) {
-    const extents coord = laws::reference_coord(mesh, r);
+    const index_list coord = laws::reference_coord(mesh, r);
     box want;
     for (std::size_t d = 0; d < nd; ++d) {
-      extents sizes, c;
+      index_list sizes, c;
       for (int a : axes[d]) {
         sizes.push_back(mesh[static_cast<std::size_t>(a)]);
         c.push_back(coord[static_cast<std::size_t>(a)]);

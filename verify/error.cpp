@@ -101,7 +101,7 @@ RC_GTEST_PROP(Errors, InvalidLayoutsNameTheCulpritAndTheLayout, (const layout& v
       index_t p = 1;
       for (int a : l.dim_axes[d]) p *= l.dev_matrix[static_cast<std::size_t>(a)];
       l.split_sizes.resize(nd);
-      extents s(static_cast<std::size_t>(p), 0);
+      index_list s(static_cast<std::size_t>(p), 0);
       s.back() = l.shape[d];
       switch (*rc::gen::inRange(0, 3)) {
         case 0:
@@ -171,13 +171,13 @@ RC_GTEST_PROP(Errors, InvalidLayoutsNameTheCulpritAndTheLayout, (const layout& v
       index_t group = 1;
       for (int a = 0; a < naxes; ++a)
         if (!u[static_cast<std::size_t>(a)]) group *= l.dev_matrix[static_cast<std::size_t>(a)];
-      extents rows;  // dim-0 slice lengths
+      index_list rows;  // dim-0 slice lengths
       if (!l.split_sizes.empty() && !l.split_sizes[0].empty()) {
         rows = l.split_sizes[0];
       } else {
         index_t p0 = 1;
         for (int a : l.dim_axes[0]) p0 *= l.dev_matrix[static_cast<std::size_t>(a)];
-        rows = extents(static_cast<std::size_t>(p0), l.shape[0] / p0);
+        rows = index_list(static_cast<std::size_t>(p0), l.shape[0] / p0);
       }
       std::vector<index_t> bad_sizes;
       for (index_t s = 2; s <= group; ++s) {

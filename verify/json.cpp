@@ -267,7 +267,7 @@ TEST(ToJson, LayoutRoundTripsSpecialCases) {
 // @post layout_from_json(to_json(l), w) == l
 RC_GTEST_PROP(ToJson, LayoutRoundTrips, ()) {
   const auto nd = *rc::gen::inRange<std::size_t>(0, 4);
-  extents dev;
+  index_list dev;
   for (std::size_t a = 0; a < nd; ++a) dev.push_back(*rc::gen::inRange<index_t>(1, 5));
   const auto dims = *rc::gen::inRange<std::size_t>(0, 4);
   // each device axis splits one dim or none (-1), in a random order within the dim
@@ -277,7 +277,7 @@ RC_GTEST_PROP(ToJson, LayoutRoundTrips, ()) {
     if (d >= 0) axes[static_cast<std::size_t>(d)].push_back(static_cast<index_t>(a));
   }
   tensor_map map;
-  extents shape;
+  index_list shape;
   for (std::size_t i = 0; i < dims; ++i) {
     auto& ax = axes[i];
     std::vector<index_t> order = ax;
@@ -340,8 +340,8 @@ TEST(LayoutReport, RowsOverTwoGroups) {
   ASSERT_EQ(r["ranks"].size(), 8u);
   for (index_t k = 0; k < 8; ++k) {
     EXPECT_EQ(r["ranks"][k]["rank"], k);
-    EXPECT_EQ(r["ranks"][k]["offset"], json(extents{k < 4 ? 0 : 4, 0}));
-    EXPECT_EQ(r["ranks"][k]["shape"], json(extents{4, 4}));
+    EXPECT_EQ(r["ranks"][k]["offset"], json(index_list{k < 4 ? 0 : 4, 0}));
+    EXPECT_EQ(r["ranks"][k]["shape"], json(index_list{4, 4}));
   }
   EXPECT_EQ(r["replica_groups"], json::parse("[[0,1,2,3],[4,5,6,7]]"));
 }
@@ -350,15 +350,15 @@ TEST(LayoutReport, OptimizerShardingAndStage) {
   // mindspore.md: dev [4,2], map [-1,0], step 2, size 2: ranks 0,1,4,5 rows 0..4
   const json r = layout_report(mindspore_layout({4, 2}, {-1, 0}, {8, 4}, {.opt = {2, 2}, .stage = 1}));
   EXPECT_EQ(r["ranks"][0]["rank"], 8);
-  EXPECT_EQ(r["ranks"][5]["offset"], json(extents{0, 2}));
-  EXPECT_EQ(r["ranks"][6]["offset"], json(extents{4, 0}));
+  EXPECT_EQ(r["ranks"][5]["offset"], json(index_list{0, 2}));
+  EXPECT_EQ(r["ranks"][6]["offset"], json(index_list{4, 0}));
   EXPECT_EQ(r["replica_groups"], json::parse("[[8,12],[9,13],[10,14],[11,15]]"));
 }
 
 TEST(LayoutReport, MiddleAxisRepeats) {
   const json r = layout_report(mindspore_layout({2, 2, 2}, {2, 0}, {4, 6}));
   EXPECT_EQ(r["replica_groups"], json::parse("[[0,2],[1,3],[4,6],[5,7]]"));
-  EXPECT_EQ(r["ranks"][7]["offset"], json(extents{2, 3}));
+  EXPECT_EQ(r["ranks"][7]["offset"], json(index_list{2, 3}));
 }
 
 // ---------------------------------------------------------------------------------------------

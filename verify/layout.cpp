@@ -186,17 +186,17 @@ TEST(Layout, ChunkModeLeavesTrailingSlicesEmpty) {
 // dev [2,4] map [0,1] shape [8,4]: dim 0 by the last axis (4 slices of 2 rows), dim 1 by the
 // first (2 slices of 2 cols); rank 5 = coord (1,1): rows 2:4, cols 2:4.
 static_assert(reshard::slice_shape(reshard::mindspore_layout({2, 4}, {0, 1}, {8, 4}), 5) ==
-              reshard::extents{2, 2});
+              reshard::index_list{2, 2});
 static_assert(reshard::box_of(reshard::mindspore_layout({2, 4}, {0, 1}, {8, 4}), 5) ==
               reshard::box{{2, 2}, {2, 2}});
 // dev [8] map [-1,-1] shape [16,2], optimizer sharding over all 8 replicas: 2 rows each.
 static_assert(reshard::slice_shape(reshard::mindspore_layout({8}, {-1, -1}, {16, 2},
                                                              {.opt = {1, 8}}),
-                                   3) == reshard::extents{2, 2});
+                                   3) == reshard::index_list{2, 2});
 // 10 rows over 4 ranks in chunk mode: ceil(10/4) = 3, so 3, 3, 3, 1.
 static_assert(reshard::slice_shape(reshard::mindspore_layout({4}, {0}, {10},
                                                              {.mode = reshard::split_mode::chunk}),
-                                   3) == reshard::extents{1});
+                                   3) == reshard::index_list{1});
 // pipeline stage 1 of a 4-device stage: global rank 6 is local rank 2.
 static_assert(reshard::box_of(reshard::mindspore_layout({4}, {0}, {8}, {.stage = 1}), 6) ==
               reshard::box{{4}, {2}});

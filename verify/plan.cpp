@@ -71,7 +71,7 @@ RC_GTEST_PROP(Plan, LoadWithinGrahamBound, (const layout_pair& lp)) {
 RC_GTEST_PROP(Plan, ReplicatedSourceBalancesPerfectly, ()) {
   verify::gen_options o;
   o.chunk = o.balanced = o.explicit_sizes = false;  // equal target boxes
-  const extents shape = *verify::shapes(o);
+  const index_list shape = *verify::shapes(o);
   const index_t k = *verify::rank_counts(64);
   const layout src = mindspore_layout({k}, tensor_map(shape.size(), map_entry(-1)), shape);
   const layout dst = *verify::layouts_of(shape, o);

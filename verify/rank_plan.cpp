@@ -136,6 +136,39 @@ RC_GTEST_PROP(RankPlan, ConvertsLikeSplit, (const layout_pair& lp)) {
                            laws::in(lp.src, lp.dst)));
 }
 
+// One replica policy: a tabulated rank_planner (the checkpoint engine's, several ranks of one
+// layout pair) and an arithmetic one (plan_for_rank's, rank_list's) give every rank the same
+// receives and sends, and plan(A, B, round_robin) is their union.
+RC_GTEST_PROP(RankPlan, TabulatedPlannerEqualsArithmetic, (const layout_pair& lp)) {
+  const rank_planner t(lp.src, lp.dst), a(lp.src, lp.dst, partition::mode::arithmetic);
+  std::vector<transfer> all;
+  for (index_t r : all_ranks(lp.src, lp.dst)) {
+    std::vector<transfer> xt, xa, st, sa;
+    t.receives(r, xt);
+    a.receives(r, xa);
+    t.sends(r, st);
+    a.sends(r, sa);
+    RC_ASSERT(xt == xa);
+    RC_ASSERT(st == sa);
+    all.insert(all.end(), xt.begin(), xt.end());
+  }
+  RC_ASSERT(all == plan(lp.src, lp.dst, replica_policy::round_robin).transfers);
+}
+
+// @post rank_list(A, B, t) == the sorted sources of the transfers to t in plan(A, B, round_robin):
+// the files a by-rank transform reads are exactly those its plan reads.
+RC_GTEST_PROP(RankPlan, RankListIsTheSendersOfThePlan, (const layout_pair& lp)) {
+  const transfer_plan p = plan(lp.src, lp.dst, replica_policy::round_robin);
+  for (index_t k = 0; k < num_ranks(lp.dst); ++k) {
+    const index_t t = lp.dst.first_rank + k;
+    std::vector<index_t> want;
+    for (const transfer& x : p.transfers)
+      if (x.dst == t) want.push_back(x.src);
+    std::sort(want.begin(), want.end());
+    RC_ASSERT(rank_list(lp.src, lp.dst, t) == want);
+  }
+}
+
 // Cross-mesh gather: 4 ranks replicate the tensor, 6 others each take a slice; the 4 replicas
 // serve the 6 targets in turn (2, 2, 1, 1 pieces).
 TEST(RankPlan, ReplicasServeTargetsInTurn) {

@@ -22,25 +22,25 @@ using ::testing::StartsWith;
 
 // ---------------------------------------------------------------------------------------------
 // 1. validate() was not a constant expression under GCC 12 for an optimizer-sharded layout in
-//    divisible mode: `extents b = cond ? extents{} : split_bounds(...)` (a conditional between
+//    divisible mode: `index_list b = cond ? index_list{} : split_bounds(...)` (a conditional between
 //    two prvalues owning heap storage) is rejected in constant evaluation ("use of allocated
 //    storage after deallocation"), so `static_assert(slice_shape(mindspore_layout({8}, {-1,-1},
 //    {16,2}, {.opt = {1, 8}}), 3) == ...)` did not compile. Fixed in layout.hpp with an if/else.
-//    Since extents keeps up to 4 entries inline, the failure needs 5+ slice bounds (dim 0 split
+//    Since index_list keeps up to 4 entries inline, the failure needs 5+ slice bounds (dim 0 split
 //    4 ways): dev [4,2] map [1,-1] shape [16,2] opt size 2 is the case that still exercises it.
 static_assert(reshard::slice_shape(reshard::mindspore_layout({8}, {-1, -1}, {16, 2},
                                                              {.opt = {1, 8}}),
-                                   3) == reshard::extents{2, 2});
+                                   3) == reshard::index_list{2, 2});
 static_assert(reshard::slice_shape(reshard::mindspore_layout({4, 2}, {1, -1}, {16, 2},
                                                              {.opt = {1, 2}}),
-                                   3) == reshard::extents{2, 2});
+                                   3) == reshard::index_list{2, 2});
 // the same check with explicit dim-0 sizes (the other branch of the former conditional)
 static_assert(reshard::box_of(reshard::mindspore_layout({4, 2}, {-1, 0}, {16, 4},
                                                         {.opt = {2, 2}, .param_split_shape = {16}}),
                               2) == reshard::box{{8, 0}, {8, 2}});
 TEST(Regressions, OptShardedDivisibleLayoutIsConstexpr) {
   EXPECT_EQ(slice_shape(mindspore_layout({8}, {-1, -1}, {16, 2}, {.opt = {1, 8}}), 3),
-            (extents{2, 2}));
+            (index_list{2, 2}));
 }
 
 // 2. A tuple tensor map was not usable in a constant expression under clang 14: map_entry's
@@ -121,18 +121,18 @@ TEST(Regressions, TypedConvertWithEmptyShards) {
 }
 
 // 7. Extents.BehaveLikeAVector under AddressSanitizer: heap-buffer-overflow after moving from an
-//    extents of 5+ entries (kept on the heap). The implicit move left size_ at 5 with an emptied
+//    index_list of 5+ entries (kept on the heap). The implicit move left size_ at 5 with an emptied
 //    heap vector, so push_back()/back()/iteration on the moved-from list overran. Fixed in
 //    box.hpp: the moves leave the source empty.
 TEST(Regressions, MovedFromExtentsIsUsable) {
-  extents a{1, 2, 3, 4, 5};
-  const extents b = std::move(a);
-  EXPECT_EQ(b, (extents{1, 2, 3, 4, 5}));
+  index_list a{1, 2, 3, 4, 5};
+  const index_list b = std::move(a);
+  EXPECT_EQ(b, (index_list{1, 2, 3, 4, 5}));
   EXPECT_EQ(static_cast<std::size_t>(a.end() - a.begin()), a.size());  // NOLINT: use after move
   a.push_back(9);
   EXPECT_EQ(a.back(), 9);
-  extents c{7, 7, 7, 7, 7, 7};
-  extents d;
+  index_list c{7, 7, 7, 7, 7, 7};
+  index_list d;
   d = std::move(c);
   EXPECT_EQ(d.size(), 6u);
   c.push_back(1);  // NOLINT: use after move

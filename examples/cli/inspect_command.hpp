@@ -16,7 +16,7 @@ namespace reshard::cli {
 
 namespace detail {
 
-inline std::string dims_text(const std::vector<std::int64_t>& d) { return to_string(extents(d.begin(), d.end())); }
+inline std::string dims_text(const std::vector<std::int64_t>& d) { return to_string(index_list(d.begin(), d.end())); }
 
 inline void print_table(std::ostream& out, const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::size_t> w;
@@ -89,7 +89,7 @@ inline void inspect_strategy(const std::string& path, bool json) {
   const io::strategy_layouts sl(s, path);
   const auto layout_text = [&](const std::string& name, const io::staged_layout& e) -> std::string {
     if (e.stored.tensor_shape.empty()) return {};
-    const extents shape(e.stored.tensor_shape.begin(), e.stored.tensor_shape.end());
+    const index_list shape(e.stored.tensor_shape.begin(), e.stored.tensor_shape.end());
     return to_string(io::to_layout(e.stored, shape, e.stage, "strategy: " + path + ": parameter '" + name + "'"));
   };
   if (json) {

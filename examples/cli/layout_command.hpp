@@ -38,7 +38,7 @@ inline command add_layout_command(CLI::App& app) {
                 << (num_ranks(l) == 1 ? "" : "s") << ", " << groups.size() << " distinct shard"
                 << (groups.size() == 1 ? "" : "s") << "\n\n";
             const auto box_text = [](const nlohmann::json& r) {
-              return to_string(box{r["offset"].get<extents>(), r["shape"].get<extents>()});
+              return to_string(box{r["offset"].get<index_list>(), r["shape"].get<index_list>()});
             };
             std::size_t wr = 4, wb = 3;
             for (const auto& r : ranks) {
@@ -49,7 +49,7 @@ inline command add_layout_command(CLI::App& app) {
             for (const auto& r : ranks)
               out << pad_left(std::to_string(r["rank"].get<index_t>()), wr) << "  "
                   << pad_right(box_text(r), wb) << "  "
-                  << to_string(r["shape"].get<extents>()) << '\n';
+                  << to_string(r["shape"].get<index_list>()) << '\n';
             out << "\nreplica groups (ranks holding identical data):\n";
             for (const auto& g : groups) {
               const auto members = g.get<std::vector<index_t>>();

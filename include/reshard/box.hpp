@@ -14,10 +14,11 @@ namespace reshard {
 
 using index_t = std::int64_t;
 
-/// A short list of integers (a shape, an offset, a device matrix): a vector that keeps up to
-/// four entries inline, so that boxes of tensors up to 4-d never allocate; longer lists live on
-/// the heap. constexpr throughout.
-class extents {
+/// A short list of integers (a shape, an offset, a device matrix, slice bounds): a vector that
+/// keeps up to four entries inline, so that boxes of tensors up to 4-d never allocate; longer
+/// lists live on the heap. constexpr throughout. (Formerly `extents`, kept as a deprecated alias:
+/// it holds offsets and bounds too, and mdspan readers take `extents` for a shape.)
+class index_list {
  public:
   using value_type = index_t;
   using size_type = std::size_t;
@@ -25,11 +26,11 @@ class extents {
   using const_iterator = const index_t*;
   static constexpr size_type inline_capacity = 4;
 
-  constexpr extents() = default;
-  constexpr extents(std::initializer_list<index_t> values) {
+  constexpr index_list() = default;
+  constexpr index_list(std::initializer_list<index_t> values) {
     for (index_t v : values) push_back(v);
   }
-  constexpr extents(size_type n, index_t value) {
+  constexpr index_list(size_type n, index_t value) {
     if (n <= inline_capacity) {
       for (size_type i = 0; i < n; ++i) small_[i] = value;
       size_ = n;
@@ -38,21 +39,21 @@ class extents {
     for (size_type i = 0; i < n; ++i) push_back(value);
   }
   template <class It, class = decltype(*std::declval<It>(), ++std::declval<It&>())>
-  constexpr extents(It first, It last) {
+  constexpr index_list(It first, It last) {
     for (; first != last; ++first) push_back(static_cast<index_t>(*first));
   }
-  constexpr extents(const std::vector<index_t>& values)  // NOLINT: implicit on purpose
-      : extents(values.begin(), values.end()) {}
-  constexpr extents(const extents&) = default;
-  constexpr extents& operator=(const extents&) = default;
+  constexpr index_list(const std::vector<index_t>& values)  // NOLINT: implicit on purpose
+      : index_list(values.begin(), values.end()) {}
+  constexpr index_list(const index_list&) = default;
+  constexpr index_list& operator=(const index_list&) = default;
   // A moved-from list is empty: the implicit moves would leave size_ above the inline capacity
   // with an emptied heap vector, so reading or growing it again overran the heap.
-  constexpr extents(extents&& o) noexcept : big_(std::move(o.big_)), size_(o.size_) {
+  constexpr index_list(index_list&& o) noexcept : big_(std::move(o.big_)), size_(o.size_) {
     for (size_type i = 0; i < inline_capacity; ++i) small_[i] = o.small_[i];
     o.big_.clear();
     o.size_ = 0;
   }
-  constexpr extents& operator=(extents&& o) noexcept {
+  constexpr index_list& operator=(index_list&& o) noexcept {
     if (this != &o) {
       for (size_type i = 0; i < inline_capacity; ++i) small_[i] = o.small_[i];
       big_ = std::move(o.big_);
@@ -144,7 +145,7 @@ class extents {
   /// The entries as a std::vector.
   constexpr std::vector<index_t> to_vector() const { return {begin(), end()}; }
 
-  friend constexpr bool operator==(const extents& a, const extents& b) {
+  friend constexpr bool operator==(const index_list& a, const index_list& b) {
     if (a.size_ != b.size_) return false;
     for (size_type i = 0; i < a.size_; ++i)
       if (a[i] != b[i]) return false;
@@ -156,6 +157,9 @@ class extents {
   std::vector<index_t> big_;
   size_type size_ = 0;
 };
+
+/// The former name of index_list.
+using extents [[deprecated("reshard::extents is now reshard::index_list")]] = index_list;
 
 namespace detail {
 // A vector of n copies of v, built element by element: clang-14 with libstdc++-12 cannot
@@ -176,8 +180,8 @@ constexpr std::vector<T> filled(std::size_t n, T v) {
 /// A box of a tensor: for each dim the half-open range [offset, offset + extent).
 /// A 0-d tensor's box has no dims and holds one element.
 struct box {
-  extents offset;
-  extents extent;
+  index_list offset;
+  index_list extent;
 
   friend constexpr bool operator==(const box&, const box&) = default;
 };
@@ -190,7 +194,7 @@ constexpr index_t volume(const box& b) {
 }
 
 /// Number of elements of a tensor of shape `s`.
-constexpr index_t volume(const extents& s) {
+constexpr index_t volume(const index_list& s) {
   index_t v = 1;
   for (index_t e : s) v *= e;
   return v;
@@ -201,8 +205,8 @@ constexpr index_t volume(const extents& s) {
 constexpr box intersect(const box& a, const box& b) {
   RESHARD_EXPECTS(a.offset.size() == b.offset.size(), "intersect: boxes of different rank");
   box r;
-  r.offset = extents(a.offset.size(), 0);
-  r.extent = extents(a.offset.size(), 0);
+  r.offset = index_list(a.offset.size(), 0);
+  r.extent = index_list(a.offset.size(), 0);
   for (std::size_t i = 0; i < a.offset.size(); ++i) {
     const index_t lo = a.offset[i] > b.offset[i] ? a.offset[i] : b.offset[i];
     const index_t ahi = a.offset[i] + a.extent[i], bhi = b.offset[i] + b.extent[i];
@@ -231,7 +235,7 @@ constexpr void append_int(std::string& s, index_t v) {
   while (v);
   while (n) s += buf[--n];
 }
-constexpr void append_list(std::string& s, const extents& v) {
+constexpr void append_list(std::string& s, const index_list& v) {
   s += '[';
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (i) s += ',';
@@ -242,7 +246,7 @@ constexpr void append_list(std::string& s, const extents& v) {
 }  // namespace detail
 
 /// The list notation used everywhere in reshard: `[2,4]`.
-constexpr std::string to_string(const extents& v) {
+constexpr std::string to_string(const index_list& v) {
   std::string s;
   detail::append_list(s, v);
   return s;

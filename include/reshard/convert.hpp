@@ -22,6 +22,8 @@
 #include "reshard/box.hpp"
 #include "reshard/error.hpp"
 #include "reshard/layout.hpp"
+#include "reshard/parallel.hpp"
+#include "reshard/partition.hpp"
 #include "reshard/plan.hpp"
 
 #if defined(__SSE2__) || defined(_M_X64)
@@ -63,7 +65,7 @@ struct copy_job {
   std::byte* dst = nullptr;
   std::size_t run = 0;   // contiguous bytes per run
   std::size_t dims = 0;  // outer dims (after coalescing), outermost first
-  index_t outer = 1;     // product of the extents: the number of runs
+  index_t outer = 1;     // product of the index_list: the number of runs
   copy_dim near[inline_dims]{};
   std::vector<copy_dim> far;  // all the dims when there are more than inline_dims
 
@@ -130,7 +132,7 @@ inline void store_fence([[maybe_unused]] bool stream) {
 #endif
 }
 
-// Copies runs [first, last) of `count` jobs that walk the source alike (same outer extents and
+// Copies runs [first, last) of `count` jobs that walk the source alike (same outer index_list and
 // source strides, see group_jobs): for each outer index, one run of every member in turn, so
 // that the source is read in order even when several targets take pieces of one source row.
 inline void run_group(const copy_job* const* m, std::size_t count, index_t first, index_t last,
@@ -177,7 +179,7 @@ inline void run_group(const copy_job* const* m, std::size_t count, index_t first
     }
     return;
   }
-  extents idx(dims, 0);
+  index_list idx(dims, 0);
   std::vector<index_t> doff = filled<index_t>(count, 0);
   index_t rem = first, soff = 0;
   for (std::size_t k = dims; k-- > 0;) {
@@ -206,7 +208,7 @@ inline copy_job make_copy_job(const std::byte* src, const box& sb, std::byte* ds
   const std::size_t n = b.offset.size();
   const auto e = static_cast<index_t>(elem);
   // byte strides of both shards, row-major
-  extents ss(n, 0), ds(n, 0);
+  index_list ss(n, 0), ds(n, 0);
   index_t s_acc = e, d_acc = e;
   for (std::size_t i = n; i-- > 0;) {
     ss[i] = s_acc;
@@ -254,8 +256,38 @@ inline copy_job make_copy_job(const std::byte* src, const box& sb, std::byte* ds
   return j;
 }
 
+// Calls f(src, dst, bytes) for each run of one job, in order (both addresses increase): for
+// copies whose source is not one buffer (a checkpoint tensor stored in several pieces), the
+// caller resolves each run itself.
+template <class F>
+void for_each_run(const copy_job& j, F&& f) {
+  if (j.outer == 0 || j.run == 0) return;
+  const copy_dim* dim = j.dim();
+  index_list idx(j.dims, 0);
+  index_t so = 0, dof = 0;
+  for (index_t n = 0; n < j.outer; ++n) {
+    f(j.src + so, j.dst + dof, j.run);
+    for (std::size_t k = j.dims; k-- > 0;) {
+      so += dim[k].sstride;
+      dof += dim[k].dstride;
+      if (++idx[k] < dim[k].ext) break;
+      so -= dim[k].ext * dim[k].sstride;
+      dof -= dim[k].ext * dim[k].dstride;
+      idx[k] = 0;
+    }
+  }
+}
+
+// The bytes from a job's first source byte to its last, +1.
+inline std::size_t source_span(const copy_job& j) {
+  if (j.outer == 0 || j.run == 0) return 0;
+  index_t last = 0;
+  for (std::size_t k = 0; k < j.dims; ++k) last += (j.dim()[k].ext - 1) * j.dim()[k].sstride;
+  return static_cast<std::size_t>(last) + j.run;
+}
+
 // Orders the jobs and cuts them into groups that run_group copies together: jobs with the same
-// outer extents and source strides whose sources start within one step of the innermost outer
+// outer index_list and source strides whose sources start within one step of the innermost outer
 // dim (they read the same source rows), at most 64 to a group. Single-run jobs stay in the
 // given order, one to a group. Returns the group boundaries in `order`.
 inline std::vector<std::size_t> group_jobs(const std::vector<copy_job>& jobs,
@@ -307,7 +339,7 @@ inline std::vector<std::size_t> group_jobs(const std::vector<copy_job>& jobs,
 // Runs jobs on `threads` workers, splitting large groups so that work is even.
 inline void run_jobs(const std::vector<copy_job>& jobs, unsigned threads,
                      std::size_t streaming_bytes = 0) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = thread_count(threads);
   if (streaming_bytes == 0) streaming_bytes = default_streaming_bytes();
   std::vector<const copy_job*> order;
   const std::vector<std::size_t> cut = group_jobs(jobs, order);
@@ -343,26 +375,18 @@ inline void run_jobs(const std::vector<copy_job>& jobs, unsigned threads,
     for (index_t f = 0; f < lead.outer; f += per)
       tasks.push_back({g, f, std::min(lead.outer, f + per)});
   }
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks.size();) {
-      const task& k = tasks[t];
-      const copy_job& lead = *order[cut[k.group]];
-      if (lead.dims == 0) {
-        copy_bytes(lead.dst + k.first, lead.src + k.first,
-                   static_cast<std::size_t>(k.last - k.first), stream);
-        continue;
-      }
-      run_group(order.data() + cut[k.group], cut[k.group + 1] - cut[k.group], k.first, k.last,
-                stream);
-    }
-    store_fence(stream);
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (unsigned k = 1; k < threads; ++k) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  parallel_for(
+      tasks.size(), threads,
+      [&](std::size_t t) {
+        const task& k = tasks[t];
+        const copy_job& lead = *order[cut[k.group]];
+        if (lead.dims == 0) {
+          copy_bytes(lead.dst + k.first, lead.src + k.first, static_cast<std::size_t>(k.last - k.first), stream);
+          return;
+        }
+        run_group(order.data() + cut[k.group], cut[k.group + 1] - cut[k.group], k.first, k.last, stream);
+      },
+      [&] { store_fence(stream); });
 }
 
 }  // namespace detail
@@ -373,8 +397,7 @@ inline void run_jobs(const std::vector<copy_job>& jobs, unsigned threads,
 inline void convert(const transfer_plan& p, std::span<const std::byte* const> src_shards,
                     std::span<std::byte* const> dst_shards, std::size_t element_bytes,
                     convert_options o = {}) {
-  const detail::geometry gs = detail::make_geometry(p.src);
-  const detail::geometry gd = detail::make_geometry(p.dst);
+  const partition gs(p.src), gd(p.dst);
   if (src_shards.size() != static_cast<std::size_t>(gs.ranks))
     report_error("convert: " + std::to_string(src_shards.size()) + " source shards given for " +
                  to_string(p.src) + ", which has " + std::to_string(gs.ranks) + " ranks");
@@ -394,9 +417,8 @@ inline void convert(const transfer_plan& p, std::span<const std::byte* const> sr
                    ", whose shard is null");
     if (!dst_shards[d])
       report_error("convert: target rank " + std::to_string(x.dst) + "'s shard is null");
-    jobs.push_back(detail::make_copy_job(src_shards[s], gs.region_box(gs.rank_region[s]),
-                                         dst_shards[d], gd.region_box(gd.rank_region[d]), x.where,
-                                         element_bytes));
+    jobs.push_back(detail::make_copy_job(src_shards[s], gs.box_of_rank(x.src), dst_shards[d],
+                                         gd.box_of_rank(x.dst), x.where, element_bytes));
   }
   detail::run_jobs(jobs, o.threads, o.streaming_bytes);
 }
@@ -440,11 +462,11 @@ inline void merge(const layout& l, std::span<const std::byte* const> shards, std
                   std::size_t element_bytes, convert_options o = {}) {
   validate(l, "merge: layout");  // split() validates through plan(); merge must too
   // Read each region from the first owner that has a buffer.
-  const detail::geometry g = detail::make_geometry(l);
+  const partition g(l);
   if (shards.size() != static_cast<std::size_t>(g.ranks))
     report_error("merge: " + std::to_string(shards.size()) + " shards given for " + to_string(l) +
                  ", which has " + std::to_string(g.ranks) + " ranks");
-  const box whole{extents(l.shape.size(), 0), l.shape};
+  const box whole{index_list(l.shape.size(), 0), l.shape};
   std::vector<detail::copy_job> jobs;
   for (index_t k = 0; k < g.regions; ++k) {
     const box b = g.region_box(k);

@@ -52,11 +52,11 @@ struct opt_shard {
 /// A tensor's layout over a device grid. Device axes are counted from the LEFT here (axis 0 is
 /// the outermost); MindSpore's right-counted tensor maps are converted by mindspore_layout().
 struct layout {
-  extents dev_matrix;                     ///< sizes of the device axes
+  index_list dev_matrix;                     ///< sizes of the device axes
   std::vector<std::vector<int>> dim_axes;  ///< per tensor dim: splitting axes, outermost first
-  extents shape;                          ///< global shape
+  index_list shape;                          ///< global shape
   split_mode mode = split_mode::divisible;
-  std::vector<extents> split_sizes;  ///< per dim: explicit slice lengths, or {} to use `mode`
+  std::vector<index_list> split_sizes;  ///< per dim: explicit slice lengths, or {} to use `mode`
   opt_shard opt{};
   index_t first_rank = 0;  ///< global id of local rank 0
 
@@ -139,8 +139,8 @@ inline constexpr index_t max_elements = index_t{1} << 56;  // elements of one te
 }
 
 // Slice boundaries of a length-n range split into `parts` slices: parts+1 monotone offsets.
-constexpr extents split_bounds(index_t n, index_t parts, split_mode mode) {
-  extents b(static_cast<std::size_t>(parts) + 1, 0);
+constexpr index_list split_bounds(index_t n, index_t parts, split_mode mode) {
+  index_list b(static_cast<std::size_t>(parts) + 1, 0);
   if (mode == split_mode::chunk) {
     const index_t c = (n + parts - 1) / parts;
     for (index_t k = 0; k <= parts; ++k) b[k] = k * c < n ? k * c : n;
@@ -293,8 +293,8 @@ namespace detail {
 
 // Per-dim slice boundaries of a (valid) layout; dim 0 includes the optimizer-sharding parts:
 // leaf index of dim 0 = slice * parts + part.
-constexpr std::vector<extents> dim_bounds(const layout& l) {
-  std::vector<extents> out(l.shape.size());
+constexpr std::vector<index_list> dim_bounds(const layout& l) {
+  std::vector<index_list> out(l.shape.size());
   for (std::size_t i = 0; i < l.shape.size(); ++i) {
     const index_t p = axes_product(l, l.dim_axes[i]);
     if (!l.split_sizes.empty() && !l.split_sizes[i].empty()) {
@@ -307,9 +307,9 @@ constexpr std::vector<extents> dim_bounds(const layout& l) {
   const index_t parts = opt_parts(l);
   if (parts > 1) {
     const split_mode sub = l.mode == split_mode::chunk ? split_mode::chunk : split_mode::balanced;
-    extents b{0};
+    index_list b{0};
     for (std::size_t k = 0; k + 1 < out[0].size(); ++k) {
-      const extents s = split_bounds(out[0][k + 1] - out[0][k], parts, sub);
+      const index_list s = split_bounds(out[0][k + 1] - out[0][k], parts, sub);
       for (index_t j = 1; j <= parts; ++j) b.push_back(out[0][k] + s[j]);
     }
     out[0] = std::move(b);
@@ -319,14 +319,14 @@ constexpr std::vector<extents> dim_bounds(const layout& l) {
 
 // Leaf index per dim of local rank `r` (coordinates row-major, last axis fastest).
 constexpr void leaf_of(const layout& l, index_t r, index_t parts, const std::vector<int>& rep,
-                       extents& coord, extents& leaf) {
+                       index_list& coord, index_list& leaf) {
   const std::size_t nd = l.dev_matrix.size();
-  if (coord.size() != nd) coord = extents(nd, 0);
+  if (coord.size() != nd) coord = index_list(nd, 0);
   for (std::size_t a = nd; a-- > 0;) {
     coord[a] = r % l.dev_matrix[a];
     r /= l.dev_matrix[a];
   }
-  if (leaf.size() != l.shape.size()) leaf = extents(l.shape.size(), 0);
+  if (leaf.size() != l.shape.size()) leaf = index_list(l.shape.size(), 0);
   for (std::size_t i = 0; i < l.shape.size(); ++i) {
     index_t k = 0;
     for (int a : l.dim_axes[i]) k = k * l.dev_matrix[a] + coord[a];
@@ -337,105 +337,6 @@ constexpr void leaf_of(const layout& l, index_t r, index_t parts, const std::vec
     for (int a : rep) pos = pos * l.dev_matrix[a] + coord[a];
     leaf[0] = leaf[0] * parts + pos % parts;
   }
-}
-
-/// Everything the planner needs about one layout, derived once.
-struct geometry {
-  index_t first_rank = 0;
-  index_t ranks = 0;
-  std::vector<extents> bounds;  // per dim: leaves + 1 offsets
-  extents leaves;               // per dim leaf count
-  index_t regions = 0;          // product of leaves
-  std::vector<index_t> rank_region;  // per local rank
-  std::vector<index_t> owner_start;  // CSR regions -> owners
-  std::vector<index_t> owners;       // global ranks, ascending within a region
-
-  constexpr box region_box(index_t region) const {
-    box b;
-    const std::size_t n = bounds.size();
-    b.offset = extents(n, 0);
-    b.extent = extents(n, 0);
-    for (std::size_t i = n; i-- > 0;) {
-      const index_t k = region % leaves[i];
-      region /= leaves[i];
-      b.offset[i] = bounds[i][k];
-      b.extent[i] = bounds[i][k + 1] - bounds[i][k];
-    }
-    return b;
-  }
-  constexpr bool holds(index_t global_rank, index_t region) const {
-    const index_t r = global_rank - first_rank;
-    return r >= 0 && r < ranks && rank_region[r] == region;
-  }
-};
-
-constexpr geometry make_geometry(const layout& l) {
-  geometry g;
-  g.first_rank = l.first_rank;
-  g.ranks = num_ranks(l);
-  g.bounds = dim_bounds(l);
-  g.leaves = extents(l.shape.size(), 0);
-  g.regions = 1;
-  for (std::size_t i = 0; i < l.shape.size(); ++i) {
-    g.leaves[i] = static_cast<index_t>(g.bounds[i].size()) - 1;
-    g.regions *= g.leaves[i];
-  }
-  const index_t parts = opt_parts(l);
-  const std::vector<int> rep = repeat_axes(l);
-  g.rank_region = filled<index_t>(static_cast<std::size_t>(g.ranks), 0);
-  g.owner_start = filled<index_t>(static_cast<std::size_t>(g.regions) + 1, 0);
-  if (parts == 1) {
-    // Without optimizer sharding the region id is linear in the device coordinates,
-    // id = sum over axes of coord[a] * weight[a]: walk the ranks with an odometer, no division.
-    const std::size_t nd = l.dev_matrix.size();
-    extents weight(nd, 0), coord(nd, 0);
-    index_t later_leaves = 1;
-    for (std::size_t i = l.shape.size(); i-- > 0;) {
-      index_t w = later_leaves;
-      for (std::size_t k = l.dim_axes[i].size(); k-- > 0;) {
-        const int a = l.dim_axes[i][k];
-        weight[a] = w;
-        w *= l.dev_matrix[a];
-      }
-      later_leaves *= g.leaves[i];
-    }
-    index_t* region_of = g.rank_region.data();
-    index_t* count = g.owner_start.data() + 1;
-    if (nd == 0) {
-      region_of[0] = 0;
-      ++count[0];
-    } else {
-      // the last axis in a tight loop; the others step once per row of it
-      const index_t last = l.dev_matrix[nd - 1], w = weight[nd - 1];
-      index_t id = 0;  // region of the row's first rank
-      for (index_t r = 0; r < g.ranks; r += last) {
-        for (index_t c = 0; c < last; ++c) {
-          region_of[r + c] = id + c * w;
-          ++count[id + c * w];
-        }
-        for (std::size_t a = nd - 1; a-- > 0;) {
-          id += weight[a];
-          if (++coord[a] < l.dev_matrix[a]) break;
-          id -= coord[a] * weight[a];
-          coord[a] = 0;
-        }
-      }
-    }
-  } else {
-    extents coord, leaf;
-    for (index_t r = 0; r < g.ranks; ++r) {
-      leaf_of(l, r, parts, rep, coord, leaf);
-      index_t id = 0;
-      for (std::size_t i = 0; i < leaf.size(); ++i) id = id * g.leaves[i] + leaf[i];
-      g.rank_region[r] = id;
-      ++g.owner_start[id + 1];
-    }
-  }
-  for (index_t k = 0; k < g.regions; ++k) g.owner_start[k + 1] += g.owner_start[k];
-  g.owners = filled<index_t>(static_cast<std::size_t>(g.ranks), 0);
-  std::vector<index_t> fill(g.owner_start.begin(), g.owner_start.end() - 1);
-  for (index_t r = 0; r < g.ranks; ++r) g.owners[fill[g.rank_region[r]]++] = g.first_rank + r;
-  return g;
 }
 
 constexpr void expect_rank(const layout& l, index_t rank, const char* op) {
@@ -452,7 +353,7 @@ constexpr box box_of(const layout& l, index_t rank) {
   validate(l);
   detail::expect_rank(l, rank, "box_of");
   const auto bounds = detail::dim_bounds(l);
-  extents coord, leaf;
+  index_list coord, leaf;
   detail::leaf_of(l, rank - l.first_rank, detail::opt_parts(l), detail::repeat_axes(l), coord,
                   leaf);
   box b;
@@ -464,37 +365,7 @@ constexpr box box_of(const layout& l, index_t rank) {
 }
 
 /// The shape of the slice global rank `rank` holds.
-constexpr extents slice_shape(const layout& l, index_t rank) { return box_of(l, rank).extent; }
-
-/// The ranks that hold the same data as `rank` (itself included), ascending.
-// @post every r in replica_group(l, x): box_of(l, r) == box_of(l, x)
-constexpr std::vector<index_t> replica_group(const layout& l, index_t rank) {
-  validate(l);
-  detail::expect_rank(l, rank, "replica_group");
-  const detail::geometry g = detail::make_geometry(l);
-  const index_t id = g.rank_region[rank - l.first_rank];
-  return {g.owners.begin() + g.owner_start[id], g.owners.begin() + g.owner_start[id + 1]};
-}
-
-/// A distinct piece of the tensor and the ranks that hold it.
-struct region {
-  box where;
-  std::vector<index_t> owners;  ///< global ranks, ascending
-  friend constexpr bool operator==(const region&, const region&) = default;
-};
-
-/// The distinct regions of `l` (disjoint, covering the tensor), in row-major order of slices.
-// @post the regions' boxes partition the tensor; every rank owns exactly one region
-constexpr std::vector<region> regions(const layout& l) {
-  validate(l);
-  const detail::geometry g = detail::make_geometry(l);
-  std::vector<region> out;
-  out.reserve(static_cast<std::size_t>(g.regions));
-  for (index_t k = 0; k < g.regions; ++k)
-    out.push_back({g.region_box(k), {g.owners.begin() + g.owner_start[k],
-                                     g.owners.begin() + g.owner_start[k + 1]}});
-  return out;
-}
+constexpr index_list slice_shape(const layout& l, index_t rank) { return box_of(l, rank).extent; }
 
 // ---------------------------------------------------------------------------------------------
 // Builders: MindSpore tensor maps, DTensor placements, JAX partition specs, plain layouts.
@@ -532,13 +403,13 @@ struct mindspore_options {
   opt_shard opt{};
   index_t stage = 0;  ///< pipeline stage: the layout lives on ranks stage*n .. stage*n+n-1
   split_mode mode = split_mode::divisible;
-  extents param_split_shape{};  ///< explicit lengths of dim 0's slices (MindSpore manual split)
+  index_list param_split_shape{};  ///< explicit lengths of dim 0's slices (MindSpore manual split)
   std::string_view name = "mindspore_layout";  ///< what error messages call this layout
 };
 
 /// A layout in MindSpore's convention: `map[i]` names the device axis counted from the RIGHT end
 /// of `dev` (-1 = unsplit), or a tuple of such axes.
-constexpr layout mindspore_layout(extents dev, const tensor_map& map, extents shape,
+constexpr layout mindspore_layout(index_list dev, const tensor_map& map, index_list shape,
                                   mindspore_options o = {}) {
   layout l;
   l.dev_matrix = std::move(dev);
@@ -579,7 +450,7 @@ constexpr layout mindspore_layout(extents dev, const tensor_map& map, extents sh
 }
 
 /// The unsplit layout on one device (MindSpore's "no strategy file"), at global rank `rank`.
-constexpr layout full_layout(extents shape, index_t rank = 0) {
+constexpr layout full_layout(index_list shape, index_t rank = 0) {
   layout l;
   l.dev_matrix = {1};
   l.dim_axes.resize(shape.size());
@@ -608,8 +479,8 @@ struct dtensor_options {
 
 /// A layout from DTensor placements over `mesh` (sizes of the mesh axes, axis 0 outermost). With
 /// several mesh axes on one dim, each axis splits the previous axis's chunk (DTensor's nesting).
-constexpr layout dtensor_layout(extents mesh, const std::vector<placement>& placements,
-                                extents shape, dtensor_options o = {}) {
+constexpr layout dtensor_layout(index_list mesh, const std::vector<placement>& placements,
+                                index_list shape, dtensor_options o = {}) {
   if (placements.size() != mesh.size())
     report_error("dtensor_layout: " + std::to_string(placements.size()) +
                  " placements for a mesh of " + std::to_string(mesh.size()) + " axes " +
@@ -647,16 +518,16 @@ constexpr layout dtensor_layout(extents mesh, const std::vector<placement>& plac
   if (l.mode != split_mode::divisible) {
     for (std::size_t d = 0; d < l.shape.size(); ++d) {
       if (l.dim_axes[d].size() < 2) continue;
-      extents b{0, l.shape[d]};
+      index_list b{0, l.shape[d]};
       for (int a : l.dim_axes[d]) {
-        extents nb{0};
+        index_list nb{0};
         for (std::size_t k = 0; k + 1 < b.size(); ++k) {
-          const extents s = detail::split_bounds(b[k + 1] - b[k], l.dev_matrix[a], l.mode);
+          const index_list s = detail::split_bounds(b[k + 1] - b[k], l.dev_matrix[a], l.mode);
           for (std::size_t j = 1; j < s.size(); ++j) nb.push_back(b[k] + s[j]);
         }
         b = std::move(nb);
       }
-      const extents flat = detail::split_bounds(l.shape[d], static_cast<index_t>(b.size()) - 1,
+      const index_list flat = detail::split_bounds(l.shape[d], static_cast<index_t>(b.size()) - 1,
                                                 l.mode);
       if (b != flat) {
         l.split_sizes.resize(l.shape.size());
@@ -671,13 +542,13 @@ constexpr layout dtensor_layout(extents mesh, const std::vector<placement>& plac
 /// A named device mesh (JAX `Mesh`): axis names and sizes, axis 0 outermost.
 struct named_mesh {
   std::vector<std::string> axis_names;
-  extents axis_sizes;
+  index_list axis_sizes;
 };
 /// A JAX-style partition spec: per tensor dim, the mesh axis names splitting it ({} = None),
 /// major axis first. Fewer entries than dims leave the trailing dims unsplit.
 using partition_spec = std::vector<std::vector<std::string>>;
 
-constexpr layout jax_layout(const named_mesh& mesh, const partition_spec& spec, extents shape,
+constexpr layout jax_layout(const named_mesh& mesh, const partition_spec& spec, index_list shape,
                             split_mode mode = split_mode::divisible, index_t first_rank = 0) {
   if (mesh.axis_names.size() != mesh.axis_sizes.size())
     report_error("jax_layout: mesh has " + std::to_string(mesh.axis_names.size()) + " names but " +

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "reshard/box.hpp"
 #include "reshard/error.hpp"
 #include "reshard/layout.hpp"
+#include "reshard/partition.hpp"
 
 namespace reshard {
 
@@ -64,68 +66,8 @@ constexpr void expect_same_shape(const layout& src, const layout& dst, const cha
                  to_string(dst) + " has shape " + to_string(dst.shape));
 }
 
-// The source regions overlapping a target box: per dim the range of overlapping source leaves.
-struct piece_ranges {
-  extents lo, hi;  // leaf index range [lo, hi) per dim
-  bool empty = false;
-};
-
-constexpr piece_ranges overlapping_leaves(const geometry& s, const box& t) {
-  piece_ranges r;
-  const std::size_t n = t.offset.size();
-  r.lo = extents(n, 0);
-  r.hi = extents(n, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    const index_t a = t.offset[i], b = a + t.extent[i];
-    if (b <= a) {
-      r.empty = true;
-      return r;
-    }
-    const auto& bd = s.bounds[i];
-    // last leaf starting at or before a; first leaf starting at or after b
-    r.lo[i] = (std::upper_bound(bd.begin(), bd.end(), a) - bd.begin()) - 1;
-    r.hi[i] = std::lower_bound(bd.begin(), bd.end(), b) - bd.begin();
-  }
-  return r;
-}
-
-// Calls f(source region id, piece box) for each non-empty piece of target box `t`.
-template <class F>
-constexpr void for_each_piece(const geometry& s, const box& t, F&& f) {
-  const piece_ranges r = overlapping_leaves(s, t);
-  if (r.empty) return;
-  const std::size_t n = t.offset.size();
-  extents k = r.lo;
-  box piece;
-  piece.offset = extents(n, 0);
-  piece.extent = extents(n, 0);
-  while (true) {
-    bool nonempty = true;
-    index_t id = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto& bd = s.bounds[i];
-      const index_t lo = std::max(bd[k[i]], t.offset[i]);
-      const index_t hi = std::min(bd[k[i] + 1], t.offset[i] + t.extent[i]);
-      piece.offset[i] = lo;
-      piece.extent[i] = hi - lo;
-      nonempty = nonempty && hi > lo;
-      id = id * s.leaves[i] + k[i];
-    }
-    if (nonempty) f(id, static_cast<const box&>(piece));
-    // odometer over the leaf ranges, last dim fastest
-    std::size_t i = n;
-    while (i > 0) {
-      --i;
-      if (++k[i] < r.hi[i]) break;
-      k[i] = r.lo[i];
-      if (i == 0) return;
-    }
-    if (n == 0) return;
-  }
-}
-
 // Elements of target rank t's box that t already holds in the source layout.
-constexpr index_t already_held(const geometry& s, const box& t_box, index_t t) {
+constexpr index_t already_held(const partition& s, const box& t_box, index_t t) {
   const index_t r = t - s.first_rank;
   if (r < 0 || r >= s.ranks) return 0;
   return volume(intersect(t_box, s.region_box(s.rank_region[r])));
@@ -142,7 +84,7 @@ struct dim_overlaps {
   std::vector<index_t> first, leaf, lo, len;
 };
 
-constexpr dim_overlaps overlaps(const extents& sb, const extents& tb) {
+constexpr dim_overlaps overlaps(const index_list& sb, const index_list& tb) {
   dim_overlaps o;
   const std::size_t ns = sb.size() - 1, nt = tb.size() - 1;
   o.first.reserve(nt + 1);
@@ -180,7 +122,7 @@ struct sender_trees {
   std::vector<index_t> load;  // per slot: the elements leaf `slot - base` sends so far
   std::vector<index_t> node;  // per slot: the winning leaf under node `slot - base` (1 = root)
 
-  constexpr explicit sender_trees(const geometry& g) {
+  constexpr explicit sender_trees(const partition& g) {
     const auto regions = static_cast<std::size_t>(g.regions);
     base = filled<index_t>(regions, 0);
     size = filled<index_t>(regions, 0);
@@ -234,14 +176,204 @@ struct sender_trees {
 
 }  // namespace detail
 
-/// Derives a minimal plan moving a tensor from layout `src` to layout `dst` (any rank counts).
-constexpr transfer_plan plan(const layout& src, const layout& dst) {
+/// Which replica of a source region sends it to a target that lacks it. Both policies give
+/// minimal plans: the same pieces, every target covered exactly once, local copies where the
+/// target holds a piece, cross-rank bytes at the lower bound. They differ in who sends.
+enum class replica_policy : std::uint8_t {
+  /// The least-loaded owner so far (fewest elements sent; the lowest rank on a tie), targets in
+  /// rank order. Balances senders globally, so one rank's part depends on the whole plan.
+  // @post max_sent <= max over regions of ceil(elements sent of the region / its replicas) +
+  //       the largest piece (greedy balance)
+  least_loaded,
+  /// The owners of a region take turns over the targets that need it, in a fixed order (target
+  /// regions in row-major order, then their owners ascending, holders skipped). Any rank can
+  /// derive its own part alone, without deriving the rest (plan_for_rank, rank_list,
+  /// rank_planner).
+  // @post the targets served by one owner of a region differ in count by at most one
+  round_robin,
+};
+
+/// One layout pair prepared for the round-robin policy: any rank's part of
+/// plan(src, dst, replica_policy::round_robin), each derived without the others.
+///
+/// Built tabulated (the default), it holds both partitions' tables and, per source region with
+/// several owners, its holders and the turns before each overlapping target region: O(ranks +
+/// region overlaps) to build, then O(pieces of the rank x log) per rank. Built arithmetic, it
+/// holds only slice bounds and counts turns per question: O(slices) to build, O(pieces x
+/// replicas) per rank. The answers are the same.
+class rank_planner {
+ public:
+  /// @pre src and dst are valid layouts of the same shape.
+  constexpr rank_planner(const layout& src, const layout& dst,
+                         partition::mode m = partition::mode::tabulated)
+      : src_(src, m), dst_(dst, m) {
+    if (m == partition::mode::tabulated) cache();
+  }
+
+  constexpr const partition& source() const { return src_; }
+  constexpr const partition& target() const { return dst_; }
+
+  /// Appends the transfers target rank t receives (local copies included), in source-region
+  /// order; nothing when t is not a target rank.
+  constexpr void receives(index_t t, std::vector<transfer>& out) const {
+    if (!dst_.has_rank(t)) return;
+    std::vector<index_t> buf;
+    const box mine = dst_.box_of_rank(t);
+    const index_t held = src_.has_rank(t) ? src_.region_of(t) : -1;  // t's own source region
+    for_each_piece(src_, mine, [&](index_t k, const box& b) {
+      out.push_back({k == held ? t : sender(k, t, buf), t, b});
+    });
+  }
+
+  /// Appends the transfers source rank s sends to other ranks, in the turn order of its region;
+  /// nothing when s is not a source rank.
+  constexpr void sends(index_t s, std::vector<transfer>& out) const {
+    if (!src_.has_rank(s)) return;
+    std::vector<index_t> buf;
+    std::vector<std::pair<index_t, index_t>> hbuf;
+    const index_t k = src_.region_of(s), g = src_.replicas;
+    index_t me = 0;  // s's index among the owners of k: it serves turns me, me + g, me + 2g, ...
+    {
+      const std::span<const index_t> mine = src_.owners_of(k, buf);
+      me = std::lower_bound(mine.begin(), mine.end(), s) - mine.begin();
+    }
+    const held_list held = holders(k, hbuf);
+    const index_t count = dst_.replicas;
+    index_t turn = 0;  // turns taken before the current target region
+    for_each_piece(dst_, src_.region_box(k), [&](index_t region, const box& b) {
+      const index_t h = holder_count(held, region);
+      const std::span<const index_t> owners = dst_.owners_of(region, buf);
+      if (h == 0) {  // the region's owners take turns turn, turn + 1, ...: jump to s's
+        for (index_t j = ((me - turn) % g + g) % g; j < count; j += g)
+          out.push_back({s, owners[static_cast<std::size_t>(j)], b});
+      } else {
+        index_t n = 0;  // turns taken in this region
+        for (index_t o : owners) {
+          if (src_.holds(o, k)) continue;
+          if ((turn + n) % g == me) out.push_back({s, o, b});
+          ++n;
+        }
+      }
+      turn += count - h;
+    });
+  }
+
+  /// The owner of source region k that sends it to target rank t, which does not hold k.
+  constexpr index_t sender(index_t k, index_t t) const {
+    std::vector<index_t> buf;
+    return sender(k, t, buf);
+  }
+
+ private:
+  using held_list = std::span<const std::pair<index_t, index_t>>;
+
+  partition src_, dst_;
+  // tabulated: per source region with several owners, CSR lists of
+  //   its holders, the target ranks that hold it themselves, as sorted (target region, rank);
+  //   the target regions overlapping it, ascending, with the turns taken before each.
+  std::vector<index_t> hold_start_, turn_start_;
+  std::vector<std::pair<index_t, index_t>> hold_, turn_;
+
+  constexpr void cache() {
+    const auto regions = static_cast<std::size_t>(src_.regions);
+    if (src_.replicas < 2) return;
+    hold_start_ = detail::filled<index_t>(regions + 1, 0);
+    for (index_t r = 0; r < src_.ranks; ++r) {
+      const index_t o = src_.first_rank + r;
+      if (dst_.has_rank(o)) ++hold_start_[static_cast<std::size_t>(src_.rank_region[r]) + 1];
+    }
+    for (std::size_t k = 0; k < regions; ++k) hold_start_[k + 1] += hold_start_[k];
+    hold_.assign(static_cast<std::size_t>(hold_start_[regions]), {0, 0});
+    std::vector<index_t> fill(hold_start_.begin(), hold_start_.end() - 1);
+    for (index_t r = 0; r < src_.ranks; ++r) {
+      const index_t o = src_.first_rank + r;
+      if (dst_.has_rank(o))
+        hold_[static_cast<std::size_t>(fill[src_.rank_region[r]]++)] = {dst_.region_of(o), o};
+    }
+    for (std::size_t k = 0; k < regions; ++k)
+      std::sort(hold_.begin() + hold_start_[k], hold_.begin() + hold_start_[k + 1]);
+    turn_start_ = detail::filled<index_t>(regions + 1, 0);
+    for (std::size_t k = 0; k < regions; ++k) {
+      const held_list held(hold_.data() + hold_start_[k], hold_.data() + hold_start_[k + 1]);
+      index_t turn = 0;
+      for_each_piece(dst_, src_.region_box(static_cast<index_t>(k)), [&](index_t region, const box&) {
+        turn_.push_back({region, turn});
+        turn += dst_.replicas - holder_count(held, region);
+      });
+      turn_start_[k + 1] = static_cast<index_t>(turn_.size());
+    }
+  }
+
+  // The holders of source region k: cached, or listed into `buf`.
+  constexpr held_list holders(index_t k, std::vector<std::pair<index_t, index_t>>& buf) const {
+    if (!hold_start_.empty()) {
+      const auto i = static_cast<std::size_t>(k);
+      return {hold_.data() + hold_start_[i], hold_.data() + hold_start_[i + 1]};
+    }
+    std::vector<index_t> owners;
+    buf.clear();
+    for (index_t o : src_.owners_of(k, owners))
+      if (dst_.has_rank(o)) buf.push_back({dst_.region_of(o), o});
+    std::sort(buf.begin(), buf.end());
+    return buf;
+  }
+
+  // Holders in target region `region` with a rank below `below`.
+  static constexpr index_t holder_count(held_list held, index_t region, index_t below = detail::max_ranks) {
+    const auto lo = std::lower_bound(held.begin(), held.end(), std::pair<index_t, index_t>{region, -1});
+    const auto hi = std::lower_bound(lo, held.end(), std::pair<index_t, index_t>{region, below});
+    return hi - lo;
+  }
+
+  // The owners take turns over the targets that need k, in the order target regions overlapping
+  // k (row-major), then each region's owners ascending; counts turns without listing targets.
+  constexpr index_t sender(index_t k, index_t t, std::vector<index_t>& buf) const {
+    const index_t g = src_.replicas;
+    RESHARD_EXPECTS(g > 0, "rank_planner: a source region without owners");
+    if (g == 1) return src_.owners_of(k, buf)[0];
+    std::vector<std::pair<index_t, index_t>> hbuf;
+    const held_list held = holders(k, hbuf);
+    const index_t mine = dst_.region_of(t);
+    index_t turn = 0;
+    bool found = false;
+    if (!turn_start_.empty()) {
+      const auto first = turn_.begin() + turn_start_[static_cast<std::size_t>(k)];
+      const auto last = turn_.begin() + turn_start_[static_cast<std::size_t>(k) + 1];
+      const auto it = std::lower_bound(first, last, std::pair<index_t, index_t>{mine, -1});
+      found = it != last && it->first == mine;
+      if (found) turn = it->second;
+    } else {
+      for_each_piece(dst_, src_.region_box(k), [&](index_t region, const box&) {
+        if (found || region == mine) {
+          found = true;
+          return;
+        }
+        turn += dst_.replicas - holder_count(held, region);
+      });
+    }
+    RESHARD_EXPECTS(found, "rank_planner: the target does not overlap the source region");
+    // t's position among its region's owners, less the holders of k listed before it
+    const std::span<const index_t> owners = dst_.owners_of(mine, buf);
+    turn += (std::lower_bound(owners.begin(), owners.end(), t) - owners.begin()) -
+            holder_count(held, mine, t);
+    return src_.owners_of(k, buf)[static_cast<std::size_t>(turn % g)];
+  }
+};
+
+/// Derives a minimal plan moving a tensor from layout `src` to layout `dst` (any rank counts),
+/// the sending replicas chosen by `policy`.
+constexpr transfer_plan plan(const layout& src, const layout& dst,
+                             replica_policy policy = replica_policy::least_loaded) {
   validate(src, "plan: source layout");
   validate(dst, "plan: target layout");
   detail::expect_same_shape(src, dst, "plan");
   transfer_plan p{src, dst, {}};
-  const detail::geometry gs = detail::make_geometry(src);
-  const detail::geometry gd = detail::make_geometry(dst);
+  if (policy == replica_policy::round_robin) {
+    const rank_planner rp(src, dst);
+    for (index_t r = 0; r < rp.target().ranks; ++r) rp.receives(rp.target().first_rank + r, p.transfers);
+    return p;
+  }
+  const partition gs(src), gd(dst);
   const std::size_t n = src.shape.size();
   // Per dim, which source leaves each target leaf meets (one linear merge per dim).
   std::vector<detail::dim_overlaps> ov;
@@ -341,8 +473,7 @@ constexpr transfer_plan plan(const layout& src, const layout& dst) {
 
 constexpr plan_cost transfer_plan::cost(index_t element_bytes) const {
   plan_cost c;
-  const detail::geometry gs = detail::make_geometry(src);
-  const detail::geometry gd = detail::make_geometry(dst);
+  const partition gs(src), gd(dst);
   std::vector<index_t> sent = detail::filled<index_t>(static_cast<std::size_t>(gs.ranks), 0);
   for (const transfer& x : transfers) {
     const index_t v = volume(x.where) * element_bytes;
@@ -365,8 +496,11 @@ constexpr plan_cost transfer_plan::cost(index_t element_bytes) const {
   return c;
 }
 
-/// The minimal set of source ranks target rank `target` needs: one per distinct source region
-/// overlapping its box (itself where it holds that region), ascending.
+/// The minimal set of source ranks target rank `target` needs: the senders of its part of
+/// plan(src, dst, replica_policy::round_robin), one per distinct source region overlapping its
+/// box (itself where it holds that region), ascending. Costs what the rank needs, not O(ranks).
+// @post rank_list(src, dst, t) == the sorted sources of the transfers to t in
+//       plan(src, dst, replica_policy::round_robin)
 // @post the boxes of rank_list(src, dst, t) in src cover box_of(dst, t)
 // @post no two ranks of rank_list(src, dst, t) hold the same region of src
 constexpr std::vector<index_t> rank_list(const layout& src, const layout& dst, index_t target) {
@@ -374,16 +508,12 @@ constexpr std::vector<index_t> rank_list(const layout& src, const layout& dst, i
   validate(dst, "rank_list: target layout");
   detail::expect_same_shape(src, dst, "rank_list");
   detail::expect_rank(dst, target, "rank_list");
-  const detail::geometry gs = detail::make_geometry(src);
+  const rank_planner rp(src, dst, partition::mode::arithmetic);
+  std::vector<transfer> mine;
+  rp.receives(target, mine);
   std::vector<index_t> out;
-  detail::for_each_piece(gs, box_of(dst, target), [&](index_t id, const box&) {
-    if (gs.holds(target, id)) {
-      out.push_back(target);
-      return;
-    }
-    const index_t o_begin = gs.owner_start[id], g = gs.owner_start[id + 1] - o_begin;
-    out.push_back(gs.owners[o_begin + (target - dst.first_rank) % g]);
-  });
+  out.reserve(mine.size());
+  for (const transfer& x : mine) out.push_back(x.src);
   std::sort(out.begin(), out.end());
   return out;
 }

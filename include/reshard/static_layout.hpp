@@ -127,7 +127,7 @@ constexpr auto static_num_ranks(const static_layout<D, M, S>& l) {
 /// The equivalent dynamic layout (validated).
 template <class D, class M, class S>
 constexpr layout to_layout(const static_layout<D, M, S>& l) {
-  extents dev, shape;
+  index_list dev, shape;
   hana::for_each(l.dev, [&](auto v) { dev.push_back(detail::value_of(v)); });
   hana::for_each(l.shape, [&](auto v) { shape.push_back(detail::value_of(v)); });
   tensor_map map;

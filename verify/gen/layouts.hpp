@@ -26,13 +26,13 @@ namespace reshard {
 // Printers for RapidCheck (showValue) and GoogleTest (PrintTo), in reshard's notation.
 inline void showValue(const layout& l, std::ostream& os) { os << to_string(l); }
 inline void showValue(const box& b, std::ostream& os) { os << to_string(b); }
-inline void showValue(const extents& e, std::ostream& os) { os << to_string(e); }
+inline void showValue(const index_list& e, std::ostream& os) { os << to_string(e); }
 inline void showValue(const transfer& t, std::ostream& os) {
   os << t.src << "->" << t.dst << ' ' << to_string(t.where);
 }
 inline void PrintTo(const layout& l, std::ostream* os) { *os << to_string(l); }
 inline void PrintTo(const box& b, std::ostream* os) { *os << to_string(b); }
-inline void PrintTo(const extents& e, std::ostream* os) { *os << to_string(e); }
+inline void PrintTo(const index_list& e, std::ostream* os) { *os << to_string(e); }
 inline void PrintTo(const transfer& t, std::ostream* os) { showValue(t, *os); }
 inline void PrintTo(const plan_cost& c, std::ostream* os) {
   *os << "{cross " << c.cross_bytes << ", local " << c.local_bytes << ", lower bound "
@@ -82,7 +82,7 @@ inline std::size_t pick(const std::vector<std::size_t>& w) {
 // true with probability num/den; shrinks toward false.
 inline bool chance(std::size_t num, std::size_t den) { return pick({den - num, num}) == 1; }
 
-// An element of `v` (a non-empty std::vector or extents), shrinking toward v[0].
+// An element of `v` (a non-empty std::vector or index_list), shrinking toward v[0].
 template <class Container>
 auto one_of(const Container& v) {
   return v[*uniform<std::size_t>(0, v.size() - 1)];
@@ -127,11 +127,11 @@ inline rc::Gen<index_t> rank_counts(index_t max = 64) {
 
 /// Device matrices of exactly `n` devices over 1-4 axes; axes of size 1 are common; a single
 /// device sometimes has no axes at all.
-inline rc::Gen<extents> dev_matrices(index_t n) {
+inline rc::Gen<index_list> dev_matrices(index_t n) {
   return rc::gen::exec([n] {
-    if (n == 1 && detail::chance(1, 8)) return extents{};  // no axes at all: one device
+    if (n == 1 && detail::chance(1, 8)) return index_list{};  // no axes at all: one device
     const std::size_t axes = 1 + detail::pick({3, 4, 3, 2});
-    extents dev(axes, 1);
+    index_list dev(axes, 1);
     for (index_t p : detail::prime_factors(n)) dev[*detail::uniform<std::size_t>(0, axes - 1)] *= p;
     return dev;
   });
@@ -158,12 +158,12 @@ inline rc::Gen<index_t> dim_sizes(index_t cap, bool zero = true) {
 }
 
 /// Tensor shapes of 0 to max_dims dims and at most max_volume elements.
-inline rc::Gen<extents> shapes(gen_options o = {}) {
+inline rc::Gen<index_list> shapes(gen_options o = {}) {
   return rc::gen::exec([o] {
     std::vector<std::size_t> w{1, 3, 4, 3, 2};
     w.resize(static_cast<std::size_t>(o.max_dims) + 1);
     const std::size_t nd = detail::pick(w);
-    extents s;
+    index_list s;
     index_t budget = o.max_volume;
     const bool zero = o.zero_dims && detail::chance(1, 4);  // size-0 dims in ~5% of shapes
     for (std::size_t i = 0; i < nd; ++i) {
@@ -179,7 +179,7 @@ inline rc::Gen<extents> shapes(gen_options o = {}) {
 }
 
 /// Valid layouts of a tensor of shape `shape` over `ranks` devices (0 = draw the count).
-inline rc::Gen<layout> layouts_of(extents shape, gen_options o = {}, index_t ranks = 0) {
+inline rc::Gen<layout> layouts_of(index_list shape, gen_options o = {}, index_t ranks = 0) {
   return rc::gen::exec([shape, o, ranks] {
     layout l;
     const index_t n = ranks > 0 ? ranks : *rank_counts(o.max_ranks);
@@ -230,7 +230,7 @@ inline rc::Gen<layout> layouts_of(extents shape, gen_options o = {}, index_t ran
     for (std::size_t d = 0; d < nd; ++d) {
       if (!expl[d] && !(o.explicit_sizes && detail::chance(1, 10))) continue;
       const index_t p = detail::product_of(l, l.dim_axes[d]);
-      extents cuts{0};
+      index_list cuts{0};
       for (index_t k = 0; k + 1 < p; ++k) cuts.push_back(*detail::uniform<index_t>(0, shape[d]));
       cuts.push_back(shape[d]);
       std::sort(cuts.begin(), cuts.end());
@@ -250,14 +250,14 @@ inline rc::Gen<layout> layouts_of(extents shape, gen_options o = {}, index_t ran
     }
     const index_t group = detail::product_of(l, rep);
     if (o.opt && nd > 0 && detail::chance(1, 2)) {
-      extents lengths;  // dim-0 slice lengths
+      index_list lengths;  // dim-0 slice lengths
       if (!l.split_sizes.empty() && !l.split_sizes[0].empty()) {
         lengths = l.split_sizes[0];
       } else {
         const index_t p0 = detail::product_of(l, l.dim_axes[0]);
-        lengths = extents(static_cast<std::size_t>(p0), shape[0] / p0);  // exact when divisible
+        lengths = index_list(static_cast<std::size_t>(p0), shape[0] / p0);  // exact when divisible
       }
-      extents sizes;
+      index_list sizes;
       for (index_t s = 2; s <= group; ++s) {
         if (group % s != 0) continue;
         bool ok = true;
@@ -312,7 +312,7 @@ inline void PrintTo(const layout_pair& p, std::ostream* os) { showValue(p, *os);
 
 inline rc::Gen<layout_pair> layout_pairs(gen_options o = {}) {
   return rc::gen::exec([o] {
-    const extents shape = *shapes(o);
+    const index_list shape = *shapes(o);
     index_t m = 0, n = 0;
     if (detail::chance(1, 3)) {
       static const std::vector<std::pair<index_t, index_t>> awkward{

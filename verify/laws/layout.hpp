@@ -13,7 +13,7 @@ namespace reshard::laws {
 inline std::string in(const layout& l) { return " in " + to_string(l); }
 
 /// Every box of the tensor `shape` lies inside it.
-inline bool inside(const box& b, const extents& shape) {
+inline bool inside(const box& b, const index_list& shape) {
   if (b.offset.size() != shape.size() || b.extent.size() != shape.size()) return false;
   for (std::size_t i = 0; i < shape.size(); ++i)
     if (b.offset[i] < 0 || b.extent[i] < 0 || b.offset[i] + b.extent[i] > shape[i]) return false;

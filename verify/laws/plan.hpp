@@ -213,7 +213,7 @@ inline std::string rank_list_law(const layout& src, const layout& dst, index_t t
   for (index_t s : list) {
     const box piece = intersect(box_of(src, s), tb);
     const std::size_t n = piece.offset.size();
-    extents k(n, 0);
+    index_list k(n, 0);
     for (index_t e = 0; e < volume(piece); ++e) {
       index_t flat = 0;
       for (std::size_t i = 0; i < n; ++i)

@@ -34,8 +34,8 @@ inline std::pair<index_t, index_t> reference_slice(index_t n, index_t p, index_t
 }
 
 /// Row-major device coordinate of local rank r, last axis fastest.
-inline extents reference_coord(const extents& dev, index_t r) {
-  extents c(dev.size(), 0);
+inline index_list reference_coord(const index_list& dev, index_t r) {
+  index_list c(dev.size(), 0);
   for (std::size_t a = dev.size(); a-- > 0;) {
     c[a] = r % dev[a];
     r /= dev[a];
@@ -56,12 +56,12 @@ inline std::vector<box> reference_boxes(const layout& l) {
   std::vector<bool> used(l.dev_matrix.size(), false);
   for (const auto& ax : l.dim_axes)
     for (int a : ax) used[static_cast<std::size_t>(a)] = true;
-  std::vector<extents> coords;
+  std::vector<index_list> coords;
   for (index_t r = 0; r < ranks; ++r) coords.push_back(reference_coord(l.dev_matrix, r));
 
   std::vector<box> out;
   for (index_t r = 0; r < ranks; ++r) {
-    const extents& c = coords[static_cast<std::size_t>(r)];
+    const index_list& c = coords[static_cast<std::size_t>(r)];
     box b;
     for (std::size_t i = 0; i < nd; ++i) {
       const auto& axes = l.dim_axes[i];
@@ -119,8 +119,8 @@ inline std::pair<index_t, index_t> torch_local_shard(index_t n, index_t p, index
 /// What DTensor computes for one tensor dim of length n sharded by several mesh axes (sizes
 /// `mesh`, in the order they apply, coordinates `coord`): chunk, then chunk the chunk, ...
 /// Returns [lo, hi).
-inline std::pair<index_t, index_t> torch_nested_chunk(index_t n, const extents& mesh,
-                                                      const extents& coord) {
+inline std::pair<index_t, index_t> torch_nested_chunk(index_t n, const index_list& mesh,
+                                                      const index_list& coord) {
   index_t offset = 0, size = n;
   for (std::size_t j = 0; j < mesh.size(); ++j) {
     const auto [s, o] = torch_local_shard(size, mesh[j], coord[j]);

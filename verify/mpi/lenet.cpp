@@ -38,7 +38,7 @@ std::vector<float> fill(const layout& l, index_t r, std::size_t k, direction d) 
   const box b = box_of(l, r);
   std::vector<float> out(static_cast<std::size_t>(volume(b)));
   const std::size_t n = b.offset.size();
-  extents idx(n, 0);
+  index_list idx(n, 0);
   for (std::size_t e = 0; e < out.size(); ++e) {
     index_t flat = 0;
     for (std::size_t i = 0; i < n; ++i) flat = flat * l.shape[i] + b.offset[i] + idx[i];

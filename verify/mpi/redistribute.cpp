@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
     const int p = h.size();
 
     // Named cases first: cross-mesh halves, gather, scatter, the same layout, M != N overlapping.
-    const extents shape{8, 6};
+    const index_list shape{8, 6};
     auto at = [](layout l, index_t first) { l.first_rank = first; return l; };
     const layout rows2 = mindspore_layout({2}, {0, -1}, shape), cols2 = mindspore_layout({2}, {-1, 0}, shape);
     const layout grid4 = mindspore_layout({2, 2}, {1, 0}, shape), rows3 = mindspore_layout({3}, {-1, 0}, shape);

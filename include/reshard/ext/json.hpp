@@ -85,10 +85,10 @@ inline const nlohmann::json& json_array(const nlohmann::json& j, std::string_vie
   return j;
 }
 
-inline extents json_int_list(const nlohmann::json& j, std::string_view what,
+inline index_list json_int_list(const nlohmann::json& j, std::string_view what,
                              const std::string& key, index_t lo, index_t hi, const char* rule) {
   json_array(j, what, key);
-  extents out;
+  index_list out;
   for (std::size_t i = 0; i < j.size(); ++i)
     out.push_back(json_int(j[i], what, key + "[" + std::to_string(i) + "]", lo, hi, rule));
   return out;
@@ -166,7 +166,7 @@ inline layout layout_from_json(const nlohmann::json& j, std::string_view what) {
   }
 
   // dev_matrix: sizes >= 1, at most 2^31 devices in all
-  extents dev = detail::json_int_list(detail::json_require(j, what, {"dev_matrix"}), what,
+  index_list dev = detail::json_int_list(detail::json_require(j, what, {"dev_matrix"}), what,
                                       "dev_matrix", 1, detail::json_max_devices,
                                       "a device axis has at least 1 and at most 2^31 devices");
   index_t devices = 1;
@@ -178,7 +178,7 @@ inline layout layout_from_json(const nlohmann::json& j, std::string_view what) {
   const auto nd = static_cast<index_t>(dev.size());
 
   // shape: sizes >= 0
-  extents shape = detail::json_int_list(detail::json_require(j, what, {"shape", "tensor_shape"}),
+  index_list shape = detail::json_int_list(detail::json_require(j, what, {"shape", "tensor_shape"}),
                                         what, "shape", 0, detail::json_max_elements,
                                         "a dim's size must be >= 0 and at most 2^56");
   index_t elements = 1;  // of the nonzero sizes: the library multiplies them in any order
@@ -279,7 +279,7 @@ inline layout layout_from_json(const nlohmann::json& j, std::string_view what) {
                            ": MindSpore's embedding field split is not supported (only 0)");
 
   // explicit slice sizes: a list for dim 0, or one list per dim
-  std::vector<extents> per_dim;
+  std::vector<index_list> per_dim;
   const char* sizes_rule = "a slice length must be >= 0 and at most 2^56";
   if (const nlohmann::json* jz = detail::json_find(j, what, {"split_sizes", "param_split_shape"})) {
     const std::string key = j.contains("split_sizes") ? "split_sizes" : "param_split_shape";
@@ -304,10 +304,10 @@ inline layout layout_from_json(const nlohmann::json& j, std::string_view what) {
   }
   if (const nlohmann::json* ji = detail::json_find(j, what, {"indices_offset"})) {
     // MindSpore writes the start row of each slice beside param_split_shape: check, then drop
-    const extents offs = detail::json_int_list(*ji, what, "indices_offset", 0,
+    const index_list offs = detail::json_int_list(*ji, what, "indices_offset", 0,
                                                detail::json_max_elements, sizes_rule);
     if (!offs.empty()) {
-      extents want;
+      index_list want;
       index_t acc = 0;
       if (!per_dim.empty())
         for (index_t v : per_dim[0]) want.push_back(acc), acc += v;

@@ -22,21 +22,21 @@ namespace reshard {
 namespace detail {
 
 template <class E>
-void expect_row_major_shape(const E& e, const extents& want, const std::string& what) {
+void expect_row_major_shape(const E& e, const index_list& want, const std::string& what) {
   if (e.layout() != xt::layout_type::row_major)
     report_error(what + " is not a row-major container");
   bool same = e.dimension() == want.size();
   for (std::size_t i = 0; same && i < want.size(); ++i)
     same = static_cast<index_t>(e.shape()[i]) == want[i];
   if (!same) {
-    extents got;
+    index_list got;
     for (std::size_t i = 0; i < e.dimension(); ++i) got.push_back(static_cast<index_t>(e.shape()[i]));
     report_error(what + " has shape " + to_string(got) + ", expected " + to_string(want));
   }
 }
 
 template <class T>
-xt::xarray<T> empty_of(const extents& shape) {
+xt::xarray<T> empty_of(const index_list& shape) {
   std::vector<std::size_t> s(shape.begin(), shape.end());
   return xt::xarray<T>::from_shape(s);
 }

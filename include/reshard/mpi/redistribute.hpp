@@ -15,6 +15,8 @@
 //
 //   @post redistribute(comm, plan(A, B), shard of x under A at rank p, e) == shard of x under B
 //         at rank p, on every process p (empty where p holds no rank of B)
+//   @post redistribute(comm, A, B, ...) sends exactly the transfers of
+//         plan(A, B, replica_policy::round_robin)
 #pragma once
 
 #include <mpi.h>
@@ -36,6 +38,7 @@
 #include "reshard/convert.hpp"
 #include "reshard/error.hpp"
 #include "reshard/layout.hpp"
+#include "reshard/mpi/common.hpp"
 #include "reshard/plan.hpp"
 #include "reshard/rank_plan.hpp"
 
@@ -70,7 +73,6 @@ struct redistribute_options {
 namespace detail {
 
 using reshard::detail::copy_job;
-using reshard::detail::geometry;
 
 // Largest point-to-point message: counts are ints; larger messages go in chunks of this size
 // (MPI keeps messages of one sender, tag and communicator in order).
@@ -83,7 +85,7 @@ class hasher {
     h_ ^= v + 0x9E3779B97F4A7C15ull + (h_ << 6) + (h_ >> 2);
     h_ = mix(h_);
   }
-  void add(const extents& e) {
+  void add(const index_list& e) {
     add(e.size());
     for (index_t v : e) add(static_cast<std::uint64_t>(v));
   }
@@ -194,13 +196,13 @@ work prepare(int size, int me_process, const transfer_plan& p, std::span<const s
                  std::to_string(o.first_rank) + " + p)");
   const index_t me = o.first_rank + me_process;
   const std::string who = rank_phrase(me_process, me);
-  const geometry gs = reshard::detail::make_geometry(p.src);
-  const geometry gd = reshard::detail::make_geometry(p.dst);
+  // no per-rank tables: a process asks only for its own boxes and those of its transfers' ranks
+  const partition gs(p.src, partition::mode::arithmetic), gd(p.dst, partition::mode::arithmetic);
   work w;
   w.elem = elem;
   const bool holds_src = has_rank(p.src, me), holds_dst = has_rank(p.dst, me);
-  if (holds_src) w.src_box = gs.region_box(gs.rank_region[me - gs.first_rank]);
-  if (holds_dst) w.dst_box = gd.region_box(gd.rank_region[me - gd.first_rank]);
+  if (holds_src) w.src_box = gs.box_of_rank(me);
+  if (holds_dst) w.dst_box = gd.box_of_rank(me);
 
   // This process's transfers, each checked: ranks of the layouts, box inside both shards.
   std::vector<std::pair<int, const transfer*>> sends, recvs;
@@ -208,20 +210,22 @@ work prepare(int size, int me_process, const transfer_plan& p, std::span<const s
   bool reads_src = false;
   for (const transfer& x : p.transfers) {
     if (x.src != me && x.dst != me) continue;
-    const std::string t = "transfer " + std::to_string(x.src) + "->" + std::to_string(x.dst) +
-                          " " + to_string(x.where);
+    const auto t = [&x] {  // for messages only: not formatted per transfer
+      return "transfer " + std::to_string(x.src) + "->" + std::to_string(x.dst) + " " +
+             to_string(x.where);
+    };
     if (!has_rank(p.src, x.src) || !has_rank(p.dst, x.dst))
-      report_error(op + ": " + t + " names a rank outside " + to_string(p.src) + " -> " +
+      report_error(op + ": " + t() + " names a rank outside " + to_string(p.src) + " -> " +
                    to_string(p.dst));
     if (x.where.offset.size() != p.src.shape.size() ||
         x.where.extent.size() != p.src.shape.size())
-      report_error(op + ": " + t + " has " + std::to_string(x.where.offset.size()) +
+      report_error(op + ": " + t() + " has " + std::to_string(x.where.offset.size()) +
                    " dims, the tensor " + std::to_string(p.src.shape.size()));
     if (volume(x.where) == 0) continue;
-    const box sb = gs.region_box(gs.rank_region[x.src - gs.first_rank]);
-    const box db = gd.region_box(gd.rank_region[x.dst - gd.first_rank]);
+    const box sb = gs.box_of_rank(x.src);
+    const box db = gd.box_of_rank(x.dst);
     if (!inside(x.where, sb) || !inside(x.where, db))
-      report_error(op + ": " + t + " is not inside the source box " + to_string(sb) +
+      report_error(op + ": " + t() + " is not inside the source box " + to_string(sb) +
                    " and the target box " + to_string(db) + " of " + to_string(p.src) + " -> " +
                    to_string(p.dst));
     if (x.dst == me) received += volume(x.where);
@@ -317,14 +321,6 @@ inline void copy_locals(const work& w, unsigned threads) {
   reshard::detail::run_jobs(jobs, threads);
 }
 
-inline void check_mpi(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  report_error(std::string("redistribute: ") + call + " failed: " + std::string(text, len));
-}
-
 inline void exchange_point_to_point(MPI_Comm comm, int me, work& w,
                                     const redistribute_options& o) {
   std::vector<MPI_Request> rreq, sreq;
@@ -338,7 +334,7 @@ inline void exchange_point_to_point(MPI_Comm comm, int me, work& w,
       rmsg.push_back(i);
       ++msg.pending;
       check_mpi(MPI_Irecv(base + at, len, MPI_BYTE, msg.peer, o.tag, comm, &rreq.back()),
-                "MPI_Irecv");
+                "redistribute", "MPI_Irecv");
     }
   }
   // Send to peers me+1, me+2, ... (mod size) first, so that processes do not all start with
@@ -358,14 +354,14 @@ inline void exchange_point_to_point(MPI_Comm comm, int me, work& w,
       const auto len = static_cast<int>(std::min(max_message_bytes, msg->bytes - at));
       sreq.emplace_back();
       check_mpi(MPI_Isend(base + at, len, MPI_BYTE, msg->peer, o.tag, comm, &sreq.back()),
-                "MPI_Isend");
+                "redistribute", "MPI_Isend");
     }
   }
   copy_locals(w, o.threads);  // while messages travel
   for (std::size_t done = 0; done < rreq.size(); ++done) {
     int k = MPI_UNDEFINED;
     check_mpi(MPI_Waitany(static_cast<int>(rreq.size()), rreq.data(), &k, MPI_STATUS_IGNORE),
-              "MPI_Waitany");
+              "redistribute", "MPI_Waitany");
     if (k == MPI_UNDEFINED) break;
     message& msg = w.recvs[rmsg[static_cast<std::size_t>(k)]];
     if (--msg.pending == 0 && !msg.recv_direct)
@@ -373,7 +369,7 @@ inline void exchange_point_to_point(MPI_Comm comm, int me, work& w,
   }
   if (!sreq.empty())
     check_mpi(MPI_Waitall(static_cast<int>(sreq.size()), sreq.data(), MPI_STATUSES_IGNORE),
-              "MPI_Waitall");
+              "redistribute", "MPI_Waitall");
 }
 
 inline void exchange_alltoallv(MPI_Comm comm, int size, work& w, const redistribute_options& o) {
@@ -391,7 +387,7 @@ inline void exchange_alltoallv(MPI_Comm comm, int size, work& w, const redistrib
   copy_locals(w, o.threads);
   check_mpi(MPI_Alltoallv(w.send_stage, scount.data(), sdispl.data(), MPI_BYTE,
                           w.recv_stage, rcount.data(), rdispl.data(), MPI_BYTE, comm),
-            "MPI_Alltoallv");
+            "redistribute", "MPI_Alltoallv");
   for (const message& msg : w.recvs) unpack(w, msg, w.recv_stage + msg.offset, o.threads);
 }
 
@@ -400,15 +396,8 @@ inline void exchange_alltoallv(MPI_Comm comm, int size, work& w, const redistrib
 template <class PlanOf, class Output>
 void run(MPI_Comm comm, PlanOf&& plan_of, std::uint64_t hash, std::span<const std::byte> src,
          Output&& output, std::size_t elem, const redistribute_options& o) {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized)
-    report_error("redistribute: MPI is not initialized (call MPI_Init first) or already finalized");
-  if (comm == MPI_COMM_NULL) report_error("redistribute: the communicator is MPI_COMM_NULL");
-  int size = 0, me = 0;
-  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  check_mpi(MPI_Comm_rank(comm, &me), "MPI_Comm_rank");
+  const comm_info c = expect_comm(comm, "redistribute");
+  const int size = c.size, me = c.me;
 
   // Local checks; their verdict travels with the hash, so that every process stops together.
   std::string problem;
@@ -432,7 +421,8 @@ void run(MPI_Comm comm, PlanOf&& plan_of, std::uint64_t hash, std::span<const st
                            problem.empty() ? 0u : static_cast<std::uint64_t>(size - me),
                            big ? 1u : 0u};
   std::uint64_t all[4] = {};
-  check_mpi(MPI_Allreduce(mine, all, 4, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(mine, all, 4, MPI_UINT64_T, MPI_MAX, comm), "redistribute",
+            "MPI_Allreduce");
   if (all[0] != hash || ~all[1] != hash)
     report_error("redistribute: the processes of the communicator were given different plans, "
                  "element sizes or options (their hashes differ); " +
@@ -557,8 +547,9 @@ std::vector<T> redistribute(MPI_Comm comm, const transfer_plan& p, std::span<con
 }
 
 /// Scalable form: each process derives only its own transfers with plan_for_rank(src, dst, its
-/// rank) (replicas chosen by plan_for_rank's rule), and the processes compare only the layouts.
-/// Planning costs each process O(ranks + its own transfers) instead of the whole plan.
+/// rank), and the processes compare only the layouts. It moves the same data between the same
+/// ranks as redistribute(comm, plan(src, dst, replica_policy::round_robin), ...): one replica
+/// policy. Planning costs each process O(its own transfers), not the whole plan.
 inline std::vector<std::byte> redistribute(MPI_Comm comm, const layout& src, const layout& dst,
                                            std::span<const std::byte> local_source,
                                            std::size_t element_bytes,

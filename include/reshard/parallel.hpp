@@ -1,0 +1,74 @@
+// reshard/parallel.hpp: the one parallel loop of reshard.
+//
+// parallel_for(n, threads, f) calls f(i) once for every i in [0, n), on at most `threads`
+// threads (0: the hardware's; the calling thread is one of them), handing the indices out in
+// ascending order, one at a time, to whichever thread is free. The first exception thrown by f
+// stops the hand-out; the loop waits for the threads running and rethrows it. convert's copies,
+// the checkpoint engine's files and CRC checks, and MPI's local copies all run through it.
+//   @post every index is called exactly once, unless f throws
+//   @post a throw from f reaches the caller, after every thread has ended
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace reshard {
+
+/// The number of threads `threads` asks for: itself, or the hardware concurrency for 0.
+inline unsigned thread_count(unsigned threads) noexcept {
+  return threads != 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+}
+
+/// Calls f(i) for i in [0, n) on up to thread_count(threads) threads, then done() once on each
+/// thread that took part (for example a store fence after non-temporal stores).
+template <class F, class Done>
+void parallel_for(std::size_t n, unsigned threads, F&& f, Done&& done) {
+  const auto workers = static_cast<unsigned>(std::min<std::size_t>(thread_count(threads), n));
+  if (workers <= 1) {
+    for (std::size_t i = 0; i < n; ++i) f(i);
+    done();
+    return;
+  }
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::exception_ptr first;
+  std::mutex m;
+  auto work = [&] {
+    for (std::size_t i; !stop.load(std::memory_order_relaxed) &&
+                        (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+      try {
+        f(i);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(m);
+        if (!first) first = std::current_exception();
+        stop.store(true, std::memory_order_relaxed);
+      }
+    }
+    done();
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(workers - 1);
+  try {
+    for (unsigned k = 1; k < workers; ++k) pool.emplace_back(work);
+  } catch (const std::system_error&) {
+    // fewer threads than asked: the ones started, and this one, do the work
+  }
+  work();
+  for (auto& th : pool) th.join();
+  if (first) std::rethrow_exception(first);
+}
+
+/// parallel_for without a per-thread epilogue.
+template <class F>
+void parallel_for(std::size_t n, unsigned threads, F&& f) {
+  parallel_for(n, threads, std::forward<F>(f), [] {});
+}
+
+}  // namespace reshard
