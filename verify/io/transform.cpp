@@ -22,7 +22,7 @@
 using namespace reshard::io;
 using namespace reshard_test;
 using reshard::box;
-using reshard::extents;
+using reshard::index_list;
 using reshard::index_t;
 
 namespace {
@@ -46,7 +46,7 @@ param_layout stored(std::vector<std::int64_t> dev, std::vector<std::vector<std::
 struct tparam {
   std::string name;
   dtype type = dtype::float32;
-  extents shape;
+  index_list shape;
   std::optional<param_layout> src, dst;
 };
 
@@ -55,7 +55,7 @@ std::byte pattern(std::size_t id, index_t index, std::size_t k) {
   return static_cast<std::byte>((static_cast<std::uint64_t>(index) * 131 + id * 29 + k * 7 + 3) & 0xFF);
 }
 
-std::vector<std::byte> box_bytes(std::size_t id, const extents& shape, const box& b, std::size_t elem) {
+std::vector<std::byte> box_bytes(std::size_t id, const index_list& shape, const box& b, std::size_t elem) {
   std::vector<std::byte> out;
   const std::size_t n = shape.size();
   std::vector<index_t> idx(n, 0);
@@ -96,7 +96,7 @@ void write_scenario(const fs::path& dir, const std::vector<tparam>& params, inde
     ckpt_writer w(rd / "net.ckpt", {.crc = o.crc, .chunk_bytes = o.chunk_bytes});
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto& p = params[i];
-      box b{extents(p.shape.size(), 0), p.shape};
+      box b{index_list(p.shape.size(), 0), p.shape};
       if (p.src) {
         param_layout l = *p.src;  // slice even by layouts the transform refuses
         l.field = 0;
@@ -136,7 +136,7 @@ void expect_outputs(const fs::path& out, const std::vector<tparam>& params, inde
     for (std::size_t i = 0; i < params.size(); ++i) {
       const auto& p = params[i];
       const box b = p.dst ? reshard::box_of(to_layout(*p.dst, p.shape, 0, p.name), t)
-                          : box{extents(p.shape.size(), 0), p.shape};
+                          : box{index_list(p.shape.size(), 0), p.shape};
       const tensor_ref* e = rd.find(p.name);
       ASSERT_TRUE(e) << f << " lacks " << p.name;
       EXPECT_EQ(e->type, p.type) << p.name;
@@ -210,15 +210,15 @@ TEST(transform_layout, to_layout_is_mindspore_layout) {
 }
 
 TEST(transform_layout, full_shape_from_slice) {
-  EXPECT_EQ(full_shape_from_slice(stored({2, 4}, {{1}, {-1}}), std::vector<std::int64_t>{4, 4}, "w"), (extents{8, 4}));
+  EXPECT_EQ(full_shape_from_slice(stored({2, 4}, {{1}, {-1}}), std::vector<std::int64_t>{4, 4}, "w"), (index_list{8, 4}));
   EXPECT_EQ(full_shape_from_slice(stored({4, 2}, {{-1}, {0}}, 2, 4), std::vector<std::int64_t>{2, 2}, "m"),
-            (extents{8, 4}));
+            (index_list{8, 4}));
   EXPECT_EQ(full_shape_from_slice(stored({8}, {{-1}, {-1}}, 1, -1), std::vector<std::int64_t>{2, 2}, "n"),
-            (extents{16, 2}));
+            (index_list{16, 2}));
   EXPECT_EQ(full_shape_from_slice(stored({4, 2, 2}, {{2, 1}, {0}}), std::vector<std::int64_t>{1, 4}, "t"),
-            (extents{8, 8}));
+            (index_list{8, 8}));
   EXPECT_EQ(full_shape_from_slice(stored({2}, {{0}, {-1}}, 0, 0, {3, 5}), std::vector<std::int64_t>{5, 4}, "e"),
-            (extents{8, 4}));
+            (index_list{8, 4}));
 }
 
 TEST(transform_layout, unsupported_parts_are_named) {
@@ -269,10 +269,10 @@ TEST(transform_layout, strategy_layouts_reads_pipelines) {
 
 RC_GTEST_PROP(transform_core, chunks_and_runs_copy_any_box, ()) {
   const auto n = *rc::gen::inRange<std::size_t>(0, 4);
-  extents shape;
+  index_list shape;
   for (std::size_t i = 0; i < n; ++i) shape.push_back(*rc::gen::inRange<index_t>(1, 6));
   const auto sub = [&] {
-    box b{extents(n, 0), extents(n, 0)};
+    box b{index_list(n, 0), index_list(n, 0)};
     for (std::size_t i = 0; i < n; ++i) {
       b.offset[i] = *rc::gen::inRange<index_t>(0, shape[i]);
       b.extent[i] = *rc::gen::inRange<index_t>(1, shape[i] - b.offset[i] + 1);
@@ -300,11 +300,16 @@ RC_GTEST_PROP(transform_core, chunks_and_runs_copy_any_box, ()) {
     box c = local;
     for (std::size_t i = 0; i < n; ++i) c.offset[i] += db.offset[i];
     chunk.assign(static_cast<std::size_t>(reshard::volume(c)) * elem, blank);
-    if (reshard::volume(in) > 0)
-      detail::for_each_run(sb, c, reshard::intersect(in, c), elem, [&](std::uint64_t so, std::uint64_t dof, std::uint64_t len) {
-        RC_ASSERT(dof + len <= chunk.size());
-        detail::copy_from_pieces(pieces, starts, so, chunk.data() + dof, len);
+    const box part = reshard::intersect(in, c);
+    if (reshard::volume(part) > 0) {
+      // as the engine does: a copy job (convert.hpp) whose runs are resolved through the pieces
+      const std::byte* base = src.data();
+      const auto j = reshard::detail::make_copy_job(base, sb, chunk.data(), c, part, elem);
+      reshard::detail::for_each_run(j, [&](const std::byte* from, std::byte* to, std::size_t len) {
+        RC_ASSERT(to >= chunk.data() && to + len <= chunk.data() + chunk.size());
+        detail::copy_from_pieces(pieces, starts, static_cast<std::uint64_t>(from - base), to, len);
       });
+    }
     dst.insert(dst.end(), chunk.begin(), chunk.end());
   });
   RC_ASSERT(dst.size() == static_cast<std::size_t>(reshard::volume(db)) * elem);
@@ -328,9 +333,11 @@ RC_GTEST_PROP(transform_core, chunks_and_runs_copy_any_box, ()) {
   }
 }
 
-RC_GTEST_PROP(transform_core, contiguous_offset_is_a_single_run, ()) {
+// The runs of one copy job: in order in both buffers, covering the box once; a job without
+// outer dims is exactly one run (the engine's write-from-the-mapping case).
+RC_GTEST_PROP(transform_core, copy_job_runs_cover_the_box_in_order, ()) {
   const auto n = *rc::gen::inRange<std::size_t>(0, 4);
-  box held{extents(n, 0), extents(n, 0)}, b{extents(n, 0), extents(n, 0)};
+  box held{index_list(n, 0), index_list(n, 0)}, b{index_list(n, 0), index_list(n, 0)};
   for (std::size_t i = 0; i < n; ++i) {
     held.offset[i] = *rc::gen::inRange<index_t>(0, 3);
     held.extent[i] = *rc::gen::inRange<index_t>(1, 4);
@@ -338,11 +345,18 @@ RC_GTEST_PROP(transform_core, contiguous_offset_is_a_single_run, ()) {
     b.offset[i] = held.offset[i] + lo;
     b.extent[i] = *rc::gen::inRange<index_t>(1, held.extent[i] - lo + 1);
   }
-  std::vector<std::uint64_t> runs;
-  detail::for_each_run(held, b, b, 1, [&](std::uint64_t so, std::uint64_t, std::uint64_t) { runs.push_back(so); });
-  const auto at = detail::contiguous_offset(held, b);
-  RC_ASSERT(at.has_value() == (runs.size() == 1));
-  if (at) RC_ASSERT(*at == runs[0]);
+  std::vector<std::byte> src(static_cast<std::size_t>(reshard::volume(held))), dst(static_cast<std::size_t>(reshard::volume(b)));
+  const auto j = reshard::detail::make_copy_job(src.data(), held, dst.data(), b, b, 1);
+  std::vector<std::pair<std::ptrdiff_t, std::ptrdiff_t>> runs;
+  std::size_t total = 0;
+  reshard::detail::for_each_run(j, [&](const std::byte* from, std::byte* to, std::size_t len) {
+    runs.push_back({from - src.data(), to - dst.data()});
+    total += len;
+  });
+  RC_ASSERT(total == dst.size());
+  for (std::size_t k = 1; k < runs.size(); ++k) RC_ASSERT(runs[k - 1].first < runs[k].first && runs[k - 1].second < runs[k].second);
+  RC_ASSERT((j.dims == 0) == (runs.size() == 1));
+  RC_ASSERT(reshard::detail::source_span(j) == static_cast<std::size_t>(runs.back().first - runs.front().first) + j.run);
 }
 
 TEST(transform_core, chunks_are_contiguous_and_bounded) {
@@ -903,7 +917,7 @@ TEST(transform_memory, peak_memory_is_bounded_by_the_buffer) {
   // 8 source ranks of [4096, 512] float32 columns (8 MiB each, 64 MiB in all) -> 4 target ranks
   // of [1024, 4096] rows (16 MiB each): every target row gathers 8 runs of 2 KiB.
   temp_dir dir;
-  const extents shape{4096, 4096};
+  const index_list shape{4096, 4096};
   const param_layout src = stored({8}, {{-1}, {0}}), dst = stored({4}, {{0}, {-1}});
   strategy_file s, d;
   s.layouts.emplace_back("w", src);

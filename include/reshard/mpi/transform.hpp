@@ -33,6 +33,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -43,6 +44,7 @@
 
 #include "reshard/error.hpp"
 #include "reshard/io/transform.hpp"
+#include "reshard/mpi/common.hpp"
 
 namespace reshard::mpi {
 
@@ -64,13 +66,8 @@ struct parallel_transform_summary : io::transform_summary {
 
 namespace detail {
 
-inline void check_mpi(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  report_error(std::string("transform_checkpoints: ") + call + " failed: " + std::string(text, len));
-}
+// What errors are prefixed with (check_mpi, expect_comm: mpi/common.hpp).
+inline constexpr const char* transform_op = "transform_checkpoints";
 
 // Waits for `request` without spinning: a process that waits for the others (its share done
 // first) sleeps between tests, from 50 µs up to 20 ms, and leaves the core to the processes still
@@ -79,7 +76,7 @@ inline void wait_idle(MPI_Request& request) {
   auto pause = std::chrono::microseconds(50);
   while (true) {
     int done = 0;
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), transform_op, "MPI_Test");
     if (done) return;
     std::this_thread::sleep_for(pause);
     pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
@@ -89,15 +86,15 @@ inline void wait_idle(MPI_Request& request) {
 // Every process's `mine`, in process order, on every process (collective).
 inline std::vector<std::string> allgather_text(MPI_Comm comm, const std::string& mine) {
   int size = 1;
-  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  check_mpi(MPI_Comm_size(comm, &size), transform_op, "MPI_Comm_size");
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
-  check_mpi(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  check_mpi(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), transform_op, "MPI_Allgather");
   int total = 0;
   for (int p = 0; p < size; ++p) displs[static_cast<std::size_t>(p)] = total, total += lens[static_cast<std::size_t>(p)];
   std::string all(static_cast<std::size_t>(total), '\0');
   check_mpi(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, comm),
-            "MPI_Allgatherv");
+            transform_op, "MPI_Allgatherv");
   std::vector<std::string> out;
   out.reserve(static_cast<std::size_t>(size));
   for (int p = 0; p < size; ++p)
@@ -119,9 +116,9 @@ struct agreed_internal_error : std::runtime_error {
 // processes that reported it when not all did.
 inline void agree(MPI_Comm comm, int verdict, const std::string& message) {
   int size = 1, worst = 0;
-  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  check_mpi(MPI_Comm_size(comm, &size), transform_op, "MPI_Comm_size");
   MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Iallreduce(&verdict, &worst, 1, MPI_INT, MPI_MAX, comm, &request), "MPI_Iallreduce");
+  check_mpi(MPI_Iallreduce(&verdict, &worst, 1, MPI_INT, MPI_MAX, comm, &request), transform_op, "MPI_Iallreduce");
   wait_idle(request);
   if (worst == 0) return;
   const std::vector<std::string> said = allgather_text(comm, verdict == 0 ? std::string() : message);
@@ -176,9 +173,9 @@ class progress_relay {
                  std::function<void(const io::transform_progress&)> user)
       : enabled_(enabled), bytes_total_(bytes_total), files_total_(files_total), user_(std::move(user)) {
     if (!enabled_) return;
-    check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
-    check_mpi(MPI_Comm_rank(comm_, &me_), "MPI_Comm_rank");
-    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    check_mpi(MPI_Comm_dup(comm, &comm_), transform_op, "MPI_Comm_dup");
+    check_mpi(MPI_Comm_rank(comm_, &me_), transform_op, "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm_, &size_), transform_op, "MPI_Comm_size");
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     any_thread_ = level >= MPI_THREAD_SERIALIZED;
@@ -213,14 +210,14 @@ class progress_relay {
     if (!file_done && now - last_sent_ < std::chrono::milliseconds(100)) return;
     if (pending_ != MPI_REQUEST_NULL) {
       int complete = 0;
-      check_mpi(MPI_Test(&pending_, &complete, MPI_STATUS_IGNORE), "MPI_Test");
+      check_mpi(MPI_Test(&pending_, &complete, MPI_STATUS_IGNORE), transform_op, "MPI_Test");
       if (!complete) return;
     }
     buffer_[0] = p.bytes_done;
     buffer_[1] = p.files_done;
     last_sent_ = now;
     last_files_ = p.files_done;
-    check_mpi(MPI_Isend(buffer_, 2, MPI_UINT64_T, 0, 1, comm_, &pending_), "MPI_Isend");
+    check_mpi(MPI_Isend(buffer_, 2, MPI_UINT64_T, 0, 1, comm_, &pending_), transform_op, "MPI_Isend");
   }
 
   // This process's share is written (or abandoned): the others tell process 0, which waits for
@@ -229,11 +226,11 @@ class progress_relay {
     if (!enabled_ || finished_) return;
     finished_ = true;
     if (me_ != 0) {
-      if (pending_ != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&pending_, MPI_STATUS_IGNORE), "MPI_Wait");
+      if (pending_ != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&pending_, MPI_STATUS_IGNORE), transform_op, "MPI_Wait");
       const auto& mine = latest_[static_cast<std::size_t>(me_)];
       buffer_[0] = mine.first;
       buffer_[1] = mine.second;
-      check_mpi(MPI_Send(buffer_, 2, MPI_UINT64_T, 0, 2, comm_), "MPI_Send");
+      check_mpi(MPI_Send(buffer_, 2, MPI_UINT64_T, 0, 2, comm_), transform_op, "MPI_Send");
       return;
     }
     done_[0] = 1;
@@ -248,7 +245,7 @@ class progress_relay {
       if (std::all_of(done_.begin(), done_.end(), [](char c) { return c != 0; })) return;
       MPI_Status st;
       int flag = 0;
-      check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &st), "MPI_Iprobe");
+      check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &st), transform_op, "MPI_Iprobe");
       if (!flag && !wait) return;
       if (!flag) {  // waiting for the others: without spinning (see wait_idle)
         std::this_thread::sleep_for(pause);
@@ -257,7 +254,7 @@ class progress_relay {
       }
       pause = std::chrono::microseconds(50);
       std::uint64_t in[2] = {0, 0};
-      check_mpi(MPI_Recv(in, 2, MPI_UINT64_T, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+      check_mpi(MPI_Recv(in, 2, MPI_UINT64_T, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE), transform_op, "MPI_Recv");
       latest_[static_cast<std::size_t>(st.MPI_SOURCE)] = {in[0], in[1]};
       if (st.MPI_TAG == 2) done_[static_cast<std::size_t>(st.MPI_SOURCE)] = 1;
       if (wait) draw(-1, {});
@@ -302,7 +299,7 @@ inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed
   const auto& l = s.local;
   std::uint64_t sums[7] = {l.files, l.sliced, l.copied, l.source_files, l.source_bytes, l.bytes_read, l.bytes_written};
   std::uint64_t sum_all[7] = {};
-  check_mpi(MPI_Allreduce(sums, sum_all, 7, MPI_UINT64_T, MPI_SUM, comm), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(sums, sum_all, 7, MPI_UINT64_T, MPI_SUM, comm), transform_op, "MPI_Allreduce");
   s.files = sum_all[0];
   s.sliced = sum_all[1];
   s.copied = sum_all[2];
@@ -311,10 +308,10 @@ inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed
   s.bytes_read = sum_all[5];
   s.bytes_written = sum_all[6];
   std::uint64_t rss = l.peak_rss_bytes, rss_max = 0;
-  check_mpi(MPI_Allreduce(&rss, &rss_max, 1, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&rss, &rss_max, 1, MPI_UINT64_T, MPI_MAX, comm), transform_op, "MPI_Allreduce");
   s.peak_rss_bytes = rss_max;
   double secs_max = 0;
-  check_mpi(MPI_Allreduce(&elapsed, &secs_max, 1, MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce");
+  check_mpi(MPI_Allreduce(&elapsed, &secs_max, 1, MPI_DOUBLE, MPI_MAX, comm), transform_op, "MPI_Allreduce");
   s.seconds = secs_max;
   // warnings: '\n'-joined text of every process, each distinct one kept once
   std::string mine;
@@ -335,8 +332,8 @@ inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed
 /// io::transform_checkpoints(src_dir, dst_dir, prefix, src_strategy, dst_strategy, opts), the
 /// target ranks split among the processes of `comm` by bytes. Collective: every process passes
 /// the same arguments (paths on a file system they share). opts.progress is called on process
-/// 0 only, with the progress of all processes; opts.checked and opts.staged, if set, run on each
-/// process before its agreement. Throws the same reshard::error on every process if any failed.
+/// 0 only, with the progress of all processes. Throws the same reshard::error on every process if
+/// any failed; a process's staged files are removed when its job ends uncommitted.
 inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std::filesystem::path& src_dir,
                                                         const std::filesystem::path& dst_dir, std::string_view prefix,
                                                         const std::filesystem::path& src_strategy,
@@ -345,15 +342,9 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
                                                         const parallel_transform_options& popts = {}) {
   using detail::agree;
   using detail::check_mpi;
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized)
-    report_error("transform_checkpoints: MPI is not initialized (call MPI_Init first) or already finalized");
-  if (comm == MPI_COMM_NULL) report_error("transform_checkpoints: the communicator is MPI_COMM_NULL");
-  int me = 0, size = 1;
-  check_mpi(MPI_Comm_rank(comm, &me), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  using detail::transform_op;
+  const detail::comm_info c = detail::expect_comm(comm, transform_op);
+  const int me = c.me, size = c.size;
   const auto start = std::chrono::steady_clock::now();
 
   // 1. process 0 sizes the targets; everyone learns the sizes and whether to relay progress
@@ -371,9 +362,9 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
     agree(comm, verdict, message);
   }
   std::uint64_t head[2] = {bytes.size(), opts.progress ? 1u : 0u};
-  check_mpi(MPI_Bcast(head, 2, MPI_UINT64_T, 0, comm), "MPI_Bcast");
+  check_mpi(MPI_Bcast(head, 2, MPI_UINT64_T, 0, comm), transform_op, "MPI_Bcast");
   bytes.resize(static_cast<std::size_t>(head[0]));
-  check_mpi(MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_UINT64_T, 0, comm), "MPI_Bcast");
+  check_mpi(MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_UINT64_T, 0, comm), transform_op, "MPI_Bcast");
 
   parallel_transform_summary s;
   s.shares = io::balance_targets(bytes, static_cast<std::size_t>(size));
@@ -382,31 +373,26 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   for (auto b : bytes) total += b;
   detail::progress_relay relay(comm, head[1] != 0, total, bytes.size(), me == 0 ? opts.progress : nullptr);
 
-  // 2. each process its share, agreeing after the checks, after writing, after renaming
+  // 2. each process its share, one io::transform_job stepped in agreement with the others:
+  //    after the checks, after writing (staged), after renaming
   int reached = 0;  // agreements this process has taken part in
   io::transform_options o = opts;
   o.progress = [&](const io::transform_progress& p) {
     if (popts.local_progress) popts.local_progress(p);
     relay.local(p);
   };
-  o.checked = [&] {
-    if (opts.checked) opts.checked();
+  try {
+    std::optional<io::transform_job> job;
+    if (!mine.empty())
+      job.emplace(io::transform_job_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, mine, o));
+    if (job) job->check();
     reached = 1;
     agree(comm, 0, {});
-  };
-  o.staged = [&] {
-    if (opts.staged) opts.staged();
+    if (job) job->stage();
     reached = 2;
     relay.finish();
     agree(comm, 0, {});
-  };
-  try {
-    if (!mine.empty()) {
-      s.local = io::transform_checkpoints_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, mine, o);
-    } else {
-      o.checked();
-      o.staged();
-    }
+    if (job) s.local = job->commit();
     reached = 3;
     agree(comm, 0, {});
   } catch (const detail::agreed_error&) {
@@ -423,8 +409,7 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
 
   detail::combine(comm, s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   for (std::int64_t t = 0; t < static_cast<std::int64_t>(bytes.size()); ++t)
-    s.outputs.push_back(dst_dir / ("rank_" + std::to_string(t)) /
-                        (std::string(prefix) + std::to_string(t) + std::string(io::extension_of(opts.format))));
+    s.outputs.push_back(io::rank_checkpoint_path(dst_dir, prefix, t, opts.format));
   return s;
 }
 

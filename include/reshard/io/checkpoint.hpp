@@ -1,0 +1,225 @@
+// reshard/io/checkpoint.hpp: a checkpoint file of either format as tensors. checkpoint_reader
+// memory-maps a `.ckpt` (MindSpore protobuf) or `.safetensors` file, indexes it, and gives each
+// parameter's dtype, dims and content pieces as spans into the mapping; it checks CRC trailers
+// streaming, and releases the pages a reader touched. Also the format names and the file layout
+// of a distributed checkpoint (`dir/rank_<r>/<prefix><r>.ckpt`). See docs/formats.md.
+#pragma once
+
+#include <reshard/box.hpp>
+#include <reshard/error.hpp>
+#include <reshard/io/ckpt.hpp>
+#include <reshard/io/crc32.hpp>
+#include <reshard/io/detail/text.hpp>
+#include <reshard/io/dtype.hpp>
+#include <reshard/io/mapped_file.hpp>
+#include <reshard/io/safetensors.hpp>
+#include <reshard/io/strategy.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace reshard::io {
+
+// ---------------------------------------------------------------------------------------------
+// formats
+
+/// The two checkpoint formats MindSpore writes.
+enum class checkpoint_format : std::uint8_t { ckpt, safetensors };
+
+constexpr std::string_view to_string(checkpoint_format f) noexcept {
+  return f == checkpoint_format::ckpt ? "ckpt" : "safetensors";
+}
+/// ".ckpt" or ".safetensors".
+constexpr std::string_view extension_of(checkpoint_format f) noexcept {
+  return f == checkpoint_format::ckpt ? ".ckpt" : ".safetensors";
+}
+/// safetensors if `path` ends in ".safetensors", ckpt otherwise.
+inline checkpoint_format format_of(const std::filesystem::path& path) {
+  return path.extension() == ".safetensors" ? checkpoint_format::safetensors : checkpoint_format::ckpt;
+}
+
+/// The checkpoint file of rank `rank` in a distributed checkpoint directory, as the workflows
+/// write it: `dir/rank_<rank>/<prefix><rank>.ckpt` (or .safetensors).
+inline std::filesystem::path rank_checkpoint_path(const std::filesystem::path& dir, std::string_view prefix,
+                                                  std::int64_t rank, checkpoint_format format) {
+  const std::string r = std::to_string(rank);
+  std::string sub("rank_"), name(prefix);
+  sub.append(r);
+  name.append(r).append(extension_of(format));
+  return dir / sub / name;
+}
+
+/// What a file holds, told from its name and first byte: a `.json` file is a JSON strategy, a
+/// `.safetensors` file safetensors; otherwise a protobuf checkpoint starts with byte 0x0a
+/// (Checkpoint.value) and a protobuf strategy with 0x08 (ParallelStrategyMap.current_stage).
+enum class file_kind : std::uint8_t { checkpoint, safetensors, strategy };
+
+inline file_kind detect_file_kind(const std::filesystem::path& path) {
+  if (is_json_strategy(path)) return file_kind::strategy;
+  if (format_of(path) == checkpoint_format::safetensors) return file_kind::safetensors;
+  mapped_file f(path, "inspect");
+  const auto b = f.bytes();
+  if (!b.empty() && b[0] == std::byte{0x08}) return file_kind::strategy;
+  return file_kind::checkpoint;
+}
+
+// ---------------------------------------------------------------------------------------------
+// reading checkpoints of either format
+
+namespace detail {
+
+inline std::size_t page_size() noexcept {
+  static const std::size_t p = [] {
+    const long v = ::sysconf(_SC_PAGESIZE);
+    return v > 0 ? static_cast<std::size_t>(v) : std::size_t{4096};
+  }();
+  return p;
+}
+
+/// Linux maps cached file pages around a faulting address ("fault-around", 64 KiB windows by
+/// default) without their being touched; releasing the touched bytes alone would leave those
+/// behind, and they add up over a file. Releases cover whole windows of this size.
+inline constexpr std::uintptr_t fault_around_window = std::uintptr_t{64} << 10;
+
+/// Drops the pages of a read-only file mapping that cover `bytes` from this process (they are
+/// read again from the page cache if touched later). Never changes the data. With `within` (the
+/// mapped file, or a range of it), whole fault-around windows are dropped, clamped to it.
+inline void release_pages(std::span<const std::byte> bytes, std::span<const std::byte> within = {}) noexcept {
+  if (bytes.empty()) return;
+  const std::uintptr_t page = page_size();
+  const auto down = [](std::uintptr_t v, std::uintptr_t a) { return v & ~(a - 1); };
+  const auto up = [](std::uintptr_t v, std::uintptr_t a) { return (v + a - 1) & ~(a - 1); };
+  std::uintptr_t b = reinterpret_cast<std::uintptr_t>(bytes.data());
+  std::uintptr_t e = b + bytes.size();
+  if (within.empty()) {
+    b = down(b, page);
+    e = up(e, page);  // the mapping extends to the end of its last page
+  } else {
+    const std::uintptr_t wb = reinterpret_cast<std::uintptr_t>(within.data());
+    b = std::max(down(b, fault_around_window), down(wb, page));
+    e = std::min(up(e, fault_around_window), up(wb + within.size(), page));
+  }
+  ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
+}  // namespace detail
+
+/// One tensor (or map tensor) of a checkpoint read by checkpoint_reader, in either format.
+/// `pieces` are the content's byte ranges in the file mapping, in order (several for a ckpt
+/// tensor stored as several Values).
+struct tensor_ref {
+  std::string name;
+  bool map_tensor = false;
+  io::dtype type = io::dtype::uint8;
+  std::vector<std::int64_t> dims;
+  std::vector<std::span<const std::byte>> pieces;
+  const ckpt_entry* ckpt = nullptr;  ///< the ckpt entry (serialized Values), null for safetensors
+
+  std::uint64_t content_size() const noexcept { return detail::content_size(pieces); }
+  /// dims [] or MindSpore's scalar dims [0] with one element.
+  bool is_scalar() const noexcept { return detail::is_scalar(map_tensor, dims, pieces); }
+};
+
+/// A checkpoint file (.ckpt, or .safetensors by its name), memory-mapped and indexed. The CRC
+/// trailer of a ckpt file is checked by verify_crc(), which streams the file and releases its
+/// pages as it goes (the constructor only reads the Values' headers).
+class checkpoint_reader {
+ public:
+  explicit checkpoint_reader(std::filesystem::path path) : format_(format_of(path)) {
+    if (format_ == checkpoint_format::ckpt) {
+      ckpt_.emplace(std::move(path), ckpt_read_options{.verify_crc = false});
+      for (const auto& e : ckpt_->entries())
+        entries_.push_back({e.name, e.map_tensor, e.type, e.dims, e.pieces, &e});
+    } else {
+      st_.emplace(std::move(path));
+      for (const auto& e : st_->entries()) entries_.push_back({e.name, false, e.type, e.shape, {e.data}, nullptr});
+      st_bytes_ = data_section_st();
+    }
+    for (std::size_t i = 0; i < entries_.size(); ++i) by_name_.emplace(entries_[i].name, i);
+    std::error_code ec;
+    file_size_ = std::filesystem::file_size(path_ref(), ec);
+    release_all();  // indexing touched the headers only; start from nothing resident
+  }
+
+  const std::filesystem::path& path() const noexcept { return path_ref(); }
+  checkpoint_format format() const noexcept { return format_; }
+  /// The file's size in bytes.
+  std::uint64_t file_size() const noexcept { return file_size_; }
+  std::span<const tensor_ref> entries() const noexcept { return entries_; }
+  /// The mapped bytes: the whole file (ckpt), the data section (safetensors).
+  std::span<const std::byte> bytes() const noexcept { return ckpt_ ? ckpt_->bytes() : st_bytes_; }
+  bool has_crc() const noexcept { return ckpt_ && ckpt_->has_crc(); }
+
+  const tensor_ref* find(std::string_view name) const {
+    auto it = by_name_.find(std::string(name));
+    return it == by_name_.end() ? nullptr : &entries_[it->second];
+  }
+
+  /// Checks the crc_num trailer, if any: reshard::error on a mismatch. Reads the file once, in
+  /// windows whose pages are released after use.
+  void verify_crc() const {
+    if (!has_crc()) return;
+    const auto all = ckpt_->bytes();
+    const auto body = all.first(all.size() - detail::crc_trailer_size);
+    constexpr std::size_t window = std::size_t{8} << 20;
+    std::uint32_t c = 0;
+    for (std::size_t at = 0; at < body.size(); at += window) {
+      const auto part = body.subspan(at, std::min(window, body.size() - at));
+      c = crc32(part, c);
+      detail::release_pages(part);
+    }
+    detail::check_crc_trailer(all, c, "ckpt: " + path().string() + ": ");
+  }
+
+  /// Releases every resident page of the mapping (the data stay readable).
+  void release_all() const noexcept { detail::release_pages(bytes()); }
+
+ private:
+  const std::filesystem::path& path_ref() const noexcept { return ckpt_ ? ckpt_->path() : st_->path(); }
+  std::span<const std::byte> data_section_st() const noexcept {
+    // the data of a safetensors file: from its first tensor's data to its last's (computed once:
+    // bytes() is called per tensor written)
+    if (st_->entries().empty()) return {};
+    const std::byte* lo = nullptr;
+    const std::byte* hi = nullptr;
+    for (const auto& e : st_->entries()) {
+      if (e.data.empty()) continue;
+      if (!lo || e.data.data() < lo) lo = e.data.data();
+      if (!hi || e.data.data() + e.data.size() > hi) hi = e.data.data() + e.data.size();
+    }
+    return lo ? std::span<const std::byte>(lo, static_cast<std::size_t>(hi - lo)) : std::span<const std::byte>{};
+  }
+
+  checkpoint_format format_;
+  std::optional<ckpt_file> ckpt_;
+  std::optional<safetensors_file> st_;
+  std::vector<tensor_ref> entries_;
+  std::unordered_map<std::string, std::size_t> by_name_;
+  std::uint64_t file_size_ = 0;
+  std::span<const std::byte> st_bytes_;  // safetensors: data_section_st()
+};
+
+}  // namespace reshard::io

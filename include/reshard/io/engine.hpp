@@ -1,0 +1,1145 @@
+// reshard/io/engine.hpp: the checkpoint engine, transform_job, that every workflow of
+// reshard/io/transform.hpp runs. It writes target files from source files; for each parameter it
+// executes the parameter's plan (rank_planner, plan.hpp: the core's planner and replica policy)
+// with the core's copy jobs (convert.hpp), the sources being memory-mapped files and the
+// targets file writers.
+//
+// Which parameters a target rank t gets, and from where (M source ranks):
+//   * listed in the source strategy: sliced by the target strategy's layout for t's stage (a
+//     parameter that the target strategy lists only for other stages is not written to t); the
+//     data come from the source strategy's lowest stage that lists it, by the transfers to t of
+//     the round-robin plan. A parameter the target strategy does not list at all (or no target
+//     strategy) is written whole: its target layout is the whole tensor on each target rank;
+//   * not listed in the source strategy (learning_rate, global_step, ...): taken from source
+//     rank t % M, byte-exact (ckpt -> ckpt copies its serialized Values); if the target strategy
+//     lists it, t gets the slice of it that its layout says.
+//
+// Memory: source files are memory-mapped, never read whole. A target tensor is assembled in
+// chunks of at most `buffer_bytes` (contiguous row ranges of the target slice), each filled
+// from the mapped source pieces its transfers name and streamed to the output; the source pages
+// a chunk touched are then released (madvise MADV_DONTNEED), so the peak resident memory is
+// about jobs * (buffer_bytes + the source rows of one chunk), whatever the checkpoint sizes.
+// A chunk that is one contiguous run of one source tensor is written straight from the mapping.
+//
+// Cost: file-system calls are O(M + N) (one stat per source and per output, one listing per
+// rank directory); planning is O(M + N) per parameter and stage, then O(pieces) per target.
+//
+// Errors: everything that can be checked before writing is (strategies, shapes, dtypes, every
+// source file and parameter that will be read, CRC trailers); a reshard::error names the file,
+// the parameter and the reason. Outputs are staged as `<file>.reshard-<pid>.part` and renamed
+// into place only when every target file is complete; after a failure the staged files (and the
+// directories the job created) are removed. A job first removes the temporaries that killed runs
+// left for its outputs (detail::remove_stale_temporaries, io/mapped_file.hpp). An existing
+// output is never replaced unless `force`. Inputs are only ever mapped read-only.
+#pragma once
+
+#include <reshard/box.hpp>
+#include <reshard/convert.hpp>
+#include <reshard/error.hpp>
+#include <reshard/layout.hpp>
+#include <reshard/parallel.hpp>
+#include <reshard/partition.hpp>
+#include <reshard/plan.hpp>
+#include <reshard/io/checkpoint.hpp>
+#include <reshard/io/ckpt.hpp>
+#include <reshard/io/detail/text.hpp>
+#include <reshard/io/dtype.hpp>
+#include <reshard/io/mapped_file.hpp>
+#include <reshard/io/safetensors.hpp>
+#include <reshard/io/strategy_layouts.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace reshard::io {
+
+// ---------------------------------------------------------------------------------------------
+// options, progress, summary
+
+/// Where a transform stands; passed to transform_options::progress (calls are serialized).
+struct transform_progress {
+  index_t rank = 0;                 ///< the target rank being written
+  std::string_view parameter;       ///< the parameter just written (or being written)
+  std::uint64_t bytes_done = 0;     ///< tensor bytes written so far, all targets
+  std::uint64_t bytes_total = 0;    ///< tensor bytes to write, all targets
+  std::size_t files_done = 0;       ///< target files complete
+  std::size_t files_total = 0;
+};
+
+struct transform_options {
+  /// Format of the files transform_checkpoints / split_checkpoint write (the by-file functions
+  /// follow the output file's name: ".safetensors" or not).
+  checkpoint_format format = checkpoint_format::ckpt;
+  unsigned jobs = 1;          ///< target files written in parallel (0 = hardware concurrency)
+  bool force = false;         ///< replace existing output files
+  bool crc = false;           ///< append MindSpore's crc_num trailer to ckpt outputs
+  bool verify_crc = true;     ///< check the crc_num trailer of every source file read
+  std::uint64_t buffer_bytes = std::uint64_t{4} << 20;  ///< most bytes a worker assembles at once
+  std::uint64_t chunk_bytes = ckpt_chunk_bytes;           ///< piece size of written ckpt tensors
+  std::function<void(const transform_progress&)> progress{};  ///< called as parameters are written
+};
+
+/// What a transform did.
+struct transform_summary {
+  std::size_t files = 0;              ///< target files written
+  std::size_t sliced = 0;             ///< tensors assembled from source slices (all targets)
+  std::size_t copied = 0;             ///< parameters copied unchanged (all targets)
+  std::size_t source_files = 0;       ///< source files read
+  std::uint64_t source_bytes = 0;     ///< their total size
+  std::uint64_t bytes_read = 0;       ///< tensor bytes read from the source mappings
+  std::uint64_t bytes_written = 0;    ///< bytes of the files written
+  double seconds = 0;                 ///< wall time
+  std::uint64_t peak_rss_bytes = 0;   ///< the process's peak resident memory (getrusage)
+  std::vector<std::filesystem::path> outputs;  ///< the files written, by target rank
+  std::vector<std::string> warnings;  ///< things done that the caller may not expect
+
+  /// Bytes written per second.
+  double throughput() const noexcept { return seconds > 0 ? static_cast<double>(bytes_written) / seconds : 0.0; }
+};
+
+/// The process's peak resident set size in bytes (getrusage ru_maxrss).
+inline std::uint64_t peak_rss_bytes() noexcept {
+  struct ::rusage u {};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+#if defined(__APPLE__)
+  return static_cast<std::uint64_t>(u.ru_maxrss);  // bytes
+#else
+  return static_cast<std::uint64_t>(u.ru_maxrss) * 1024;  // KiB
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// the engine
+
+namespace detail {
+
+// The chunks of a row-major slice of shape `e` (element size `elem`) of at most `limit` bytes
+// each (at least one innermost row of the chosen dim): boxes in slice-local coordinates, in
+// order, each a contiguous byte range of the slice.
+template <class F>
+void for_each_chunk(const index_list& e, std::size_t elem, std::uint64_t limit, F&& f) {
+  const std::size_t n = e.size();
+  box whole{index_list(n, 0), e};
+  if (n == 0 || volume(e) == 0) {
+    f(whole);
+    return;
+  }
+  // inner[d]: bytes of one index of dim d (everything after it)
+  std::vector<std::uint64_t> inner(n);
+  std::uint64_t acc = elem;
+  for (std::size_t d = n; d-- > 0;) {
+    inner[d] = acc;
+    acc *= static_cast<std::uint64_t>(e[d]);
+  }
+  if (acc <= limit) {
+    f(whole);
+    return;
+  }
+  std::size_t d = 0;
+  while (d + 1 < n && inner[d] > limit) ++d;
+  const index_t k = static_cast<index_t>(std::max<std::uint64_t>(1, limit / inner[d]));
+  std::vector<index_t> idx(d, 0);  // odometer over dims before d
+  box c{index_list(n, 0), e};
+  for (std::size_t i = 0; i < d; ++i) c.extent[i] = 1;
+  while (true) {
+    for (std::size_t i = 0; i < d; ++i) c.offset[i] = idx[i];
+    for (index_t a = 0; a < e[d]; a += k) {
+      c.offset[d] = a;
+      c.extent[d] = std::min(k, e[d] - a);
+      f(static_cast<const box&>(c));
+    }
+    std::size_t i = d;
+    while (i > 0) {
+      --i;
+      if (++idx[i] < e[i]) break;
+      idx[i] = 0;
+      if (i == 0) return;
+    }
+    if (d == 0) return;
+  }
+}
+
+// The stored piece of a content holding byte `offset` (`starts`: each piece's first byte).
+inline std::size_t piece_of(std::span<const std::uint64_t> starts, std::uint64_t offset) {
+  return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), offset) - starts.begin()) - 1;
+}
+
+// Copies `len` bytes at `offset` of a content split into `pieces` into `out`.
+inline void copy_from_pieces(std::span<const std::span<const std::byte>> pieces,
+                             std::span<const std::uint64_t> starts, std::uint64_t offset, std::byte* out,
+                             std::uint64_t len) {
+  std::size_t k = piece_of(starts, offset);
+  while (len > 0) {
+    const std::uint64_t in = offset - starts[k];
+    const std::uint64_t n = std::min<std::uint64_t>(len, pieces[k].size() - in);
+    std::memcpy(out, pieces[k].data() + in, static_cast<std::size_t>(n));
+    out += n;
+    offset += n;
+    len -= n;
+    ++k;
+  }
+}
+
+// Source ranges smaller than this are not released one by one: each release is a page-table
+// change (a TLB flush: about 100 us on some virtual machines, 30 a file when every tensor did it).
+// Their pages are released with the rest of their file's: when no target needs the file any
+// more, or, oldest first, when the files holding unreleased pages exceed resident_budget.
+inline constexpr std::uint64_t release_threshold = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t resident_budget = std::uint64_t{32} << 20;
+
+// Releases the pages of bytes [lo, hi) of a content split into `pieces`, in a file mapped at
+// `file`.
+inline void release_content(const tensor_ref& t, std::uint64_t lo, std::uint64_t hi,
+                            std::span<const std::byte> file) noexcept {
+  std::uint64_t at = 0;
+  for (auto p : t.pieces) {
+    const std::uint64_t b = std::max(lo, at), e = std::min(hi, at + p.size());
+    if (b < e) release_pages(p.subspan(static_cast<std::size_t>(b - at), static_cast<std::size_t>(e - b)), file);
+    at += p.size();
+  }
+}
+
+// Where one target stage of a parameter lives: its layout, its partition, and the plan from the
+// source layout (none when the source strategy does not list the parameter).
+struct target_plan {
+  std::uint32_t stage = 0;
+  layout dst;
+  partition part;                      // of dst, arithmetic: boxes of ranks
+  std::optional<rank_planner> planner;  // source layout -> dst
+};
+
+// A parameter to be sliced: its layouts and what the sources hold.
+struct param_info {
+  std::string name;
+  const std::vector<staged_layout>* src_entries = nullptr;  // null: not listed in the source strategy
+  const std::vector<staged_layout>* dst_entries = nullptr;  // null: not listed in the target strategy
+  bool resolved = false;
+  index_list shape;
+  bool scalar = false;
+  std::vector<std::int64_t> scalar_dims;  // how the source writes the scalar's dims
+  bool type_known = false;
+  dtype type = dtype::uint8;
+  std::string type_file;
+  std::optional<layout> src;  // listed in the source strategy: its layout (lowest stage)
+  std::vector<target_plan> dst;        // per target stage
+  std::optional<partition> src_part;   // of src, tabulated: each source rank's box
+  std::optional<rank_planner> whole;   // listed in the source strategy only: src -> whole_on_targets
+  std::set<index_t> checked;  // source ranks whose entry was checked
+};
+
+// One parameter of one target file.
+struct out_item {
+  param_info* p = nullptr;          // sliced; null for a raw copy
+  const tensor_ref* raw = nullptr;  // raw copy (or the unlisted source of a sliced parameter)
+  const target_plan* dst = nullptr;  // null: the whole tensor
+  index_t base = 0;                 // source rank t % M
+  std::string_view name() const { return p ? std::string_view(p->name) : std::string_view(raw->name); }
+};
+
+
+/// One target file of a transform_job: the target rank and the file to write.
+struct transform_target {
+  index_t rank = 0;
+  std::filesystem::path path;
+};
+
+/// The engine behind every workflow (transform, by rank, merge, split, convert, and each
+/// process's share under MPI): writes the targets' files from the source files, executing for
+/// each parameter its plan (rank_planner: one planner, one replica policy) with convert's copy
+/// jobs (one copy engine). Three steps, each all or nothing:
+///   check()    every check that needs no tensor data; nothing is written
+///   stage()    every target written in full as `<file>.reshard-<pid>.part`
+///   commit()   the staged files renamed into place, their directories fsynced
+/// run() does the three. A job destroyed before commit() removes what it staged and the
+/// directories it created. Callers that must agree with others between steps (MPI) call them
+/// one by one.
+class transform_job {
+ public:
+  /// `files`: source rank -> its file; `targets`: the files to write; `op` names the workflow in
+  /// messages; `warnings` start the summary's.
+  transform_job(strategy_layouts src, strategy_layouts dst, std::map<index_t, std::filesystem::path> files,
+                std::vector<transform_target> targets, transform_options opts, std::string op,
+                std::vector<std::string> warnings = {})
+      : src_(std::move(src)), dst_(std::move(dst)), files_(std::move(files)), targets_(std::move(targets)),
+        opts_(std::move(opts)), op_(std::move(op)), warnings_(std::move(warnings)) {
+    M_ = src_.ranks();
+    N_ = dst_.ranks();
+    for (const auto& [r, f] : files_)
+      if (r < 0 || r >= M_)
+        report_error(op_ + ": source rank " + std::to_string(r) + " (" + f.string() + ") is not a rank of " +
+                     source_desc() + ", which has " + std::to_string(M_) + " rank" + (M_ == 1 ? "" : "s"));
+    for (const auto& t : targets_)
+      if (t.rank < 0 || t.rank >= N_)
+        report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + target_desc() +
+                     ", which has " + std::to_string(N_) + " rank" + (N_ == 1 ? "" : "s"));
+  }
+
+  /// Source ranks to take parameter shapes from first (the files these targets read anyway);
+  /// without a hint a shape comes from the lowest rank of its stage that has a file.
+  void set_shape_hint(std::set<index_t> ranks) { shape_hint_ = std::move(ranks); }
+
+  /// The tensor bytes each target gets, in the order of the targets (item bytes as the
+  /// progress reports them). Reads the headers of the files that decide the items and shapes
+  /// (each target's base file t % M, and one file per parameter), no tensor data; checks only
+  /// what deciding them needs.
+  std::vector<std::uint64_t> target_bytes() {
+    collect_params();
+    std::vector<std::uint64_t> out;
+    for (const auto& t : targets_) {
+      std::uint64_t n = 0;
+      for_each_item(t.rank, [&](out_item& it) { n += item_bytes(t.rank, it); });
+      out.push_back(n);
+    }
+    return out;
+  }
+
+  transform_job(transform_job&&) = default;  // before check() only
+  transform_job(const transform_job&) = delete;
+  transform_job& operator=(const transform_job&) = delete;
+  transform_job& operator=(transform_job&&) = delete;
+  ~transform_job() { discard(); }
+
+  /// Step 1: checks the outputs (none is a source; none exists unless `force`), the strategies,
+  /// shapes, dtypes and every source file and parameter that will be read, and the CRC trailers.
+  void check() {
+    start_ = std::chrono::steady_clock::now();
+    check_outputs();
+    prepare();
+    checked_ = true;
+  }
+
+  /// Step 2: writes every target file in full, staged under a temporary name.
+  void stage() {
+    RESHARD_EXPECTS(checked_ && !staged_, "transform_job: stage() before check(), or twice");
+    summary_ = write_all();
+    staged_ = true;
+  }
+
+  /// Step 3: renames the staged files into place and makes the renames durable.
+  transform_summary commit() {
+    RESHARD_EXPECTS(staged_ && !committed_, "transform_job: commit() before stage(), or twice");
+    rename_all();
+    committed_ = true;
+    transform_summary s = std::move(summary_);
+    s.source_files = readers_.size();
+    for (const auto& [r, rd] : readers_) s.source_bytes += rd->file_size();
+    s.warnings = std::move(warnings_);
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    s.peak_rss_bytes = peak_rss_bytes();
+    return s;
+  }
+
+  /// check(), stage(), commit().
+  transform_summary run() {
+    check();
+    stage();
+    return commit();
+  }
+
+ private:
+  std::string source_desc() const {
+    return src_.present() ? "the source strategy " + src_.source() : "the source (no strategy: one unsplit rank)";
+  }
+  std::string target_desc() const {
+    return dst_.present() ? "the target strategy " + dst_.source() : "the target (no strategy: one unsplit rank)";
+  }
+
+  bool available(index_t r) const { return files_.count(r) != 0; }
+
+  const checkpoint_reader& open(index_t r) {
+    auto it = readers_.find(r);
+    if (it != readers_.end()) return *it->second;
+    auto f = files_.find(r);
+    RESHARD_EXPECTS(f != files_.end(), "transform: open: no file for the rank");
+    auto rd = std::make_unique<checkpoint_reader>(f->second);
+    return *readers_.emplace(r, std::move(rd)).first->second;
+  }
+
+  // -- outputs
+  // No output may be a source file, and none may exist unless `force`: one stat per source file
+  // and one per output (O(M + N) calls), the sources compared by device and inode.
+  void check_outputs() {
+    std::map<std::pair<dev_t, ino_t>, index_t> sources;
+    for (const auto& [r, f] : files_) {
+      struct ::stat st {};
+      if (::stat(f.c_str(), &st) == 0) sources.emplace(std::pair{st.st_dev, st.st_ino}, r);
+    }
+    for (const auto& t : targets_) {
+      struct ::stat st {};
+      if (::lstat(t.path.c_str(), &st) != 0) continue;  // absent: the usual case
+      struct ::stat target {};
+      if (::stat(t.path.c_str(), &target) == 0) {
+        const auto hit = sources.find({target.st_dev, target.st_ino});
+        if (hit != sources.end())
+          report_error(op_ + ": output " + t.path.string() + " is the source file of rank " +
+                       std::to_string(hit->second) + " (inputs are never modified)");
+      }
+      if (!opts_.force) report_error(op_ + ": " + t.path.string() + " exists (pass force / --force to replace it)");
+    }
+  }
+
+  // -- phase 1: every check that needs no data
+  void prepare() {
+    collect_params();
+    std::uint64_t total = 0;
+    for (const auto& t : targets_) {
+      std::set<std::string_view> names;
+      std::set<index_t> used;
+      for_each_item(t.rank, [&](out_item& it) {
+        if (!names.insert(it.name()).second)
+          report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + quote_name(it.name()) +
+                       " would be written twice");
+        check_item(t, it, used);
+        total += item_bytes(t.rank, it);
+      });
+      for (index_t r : used) ++uses_[r].targets;
+      if (names.empty())
+        report_error(op_ + ": target rank " + std::to_string(t.rank) + " would get no parameters");
+    }
+    bytes_total_ = total;
+    check_opened();
+    verify_crcs();
+  }
+
+  // The parameters to slice (params_), from the strategies and the targets' base files.
+  void collect_params() {
+    if (collected_) return;
+    collected_ = true;
+    for (const auto& t : targets_) {
+      const index_t base = t.rank % M_;
+      if (!available(base))
+        report_error(op_ + ": target rank " + std::to_string(t.rank) + " needs source rank " + std::to_string(base) +
+                     " (rank " + std::to_string(t.rank) + " % " + std::to_string(M_) +
+                     ": the parameters no strategy lists, such as learning_rate and global_step, come from "
+                     "there), but no file was given for it");
+      open(base);
+    }
+    // Sliced parameters listed in the source strategy.
+    for (const auto& name : src_.names()) {
+      auto& p = params_[name];
+      p.name = name;
+      p.src_entries = src_.find(name);
+      p.dst_entries = dst_.present() ? dst_.find(name) : nullptr;
+    }
+    // Parameters of the base files that only the target strategy lists.
+    for (const auto& t : targets_) {
+      const auto& rd = open(t.rank % M_);
+      for (const auto& e : rd.entries()) {
+        if (src_.find(e.name) || !dst_.present() || !dst_.find(e.name)) continue;
+        auto& p = params_[e.name];
+        p.name = e.name;
+        p.dst_entries = dst_.find(e.name);
+      }
+    }
+    if (dst_.present()) {
+      for (const auto& name : dst_.names()) {
+        if (params_.count(name)) continue;
+        warnings_.push_back("parameter " + quote_name(name) + " of the target strategy " + dst_.source() +
+                            " is in no source (not in the source strategy, nor in the source file of rank " +
+                            std::to_string(targets_.empty() ? 0 : targets_.front().rank % M_) + "): not written");
+      }
+    }
+  }
+
+  // Every source file opened holds every listed parameter of its stage with the dtype and the
+  // dims the strategy says, whether or not this run reads that slice: a file that disagrees
+  // with its strategy or with the other ranks is an error even when a replica could serve.
+  void check_opened() {
+    std::vector<index_t> ranks;
+    for (const auto& [r, rd] : readers_) ranks.push_back(r);
+    for (auto& [name, p] : params_) {
+      if (!p.resolved || !p.src) continue;
+      const index_t first = p.src->first_rank, last = first + num_ranks(*p.src);
+      for (index_t r : ranks)
+        if (r >= first && r < last) check_source(p, r);
+    }
+  }
+
+  static std::string quote_name(std::string_view n) { return detail::quote_name(n); }
+
+  // Calls f(item) for each parameter target `t` gets, in output order: the base file's order,
+  // then the other listed parameters in strategy order.
+  template <class F>
+  void for_each_item(index_t t, F&& f) {
+    const index_t base = t % M_;
+    const auto& rd = open(base);
+    auto visit_listed = [&](param_info& p) {
+      out_item it;
+      it.p = &p;
+      it.base = base;
+      if (!slice_applies(p, t, it)) return;
+      if (!p.src_entries) it.raw = rd.find(p.name);
+      f(it);
+    };
+    for (const auto& e : rd.entries()) {
+      auto pit = params_.find(e.name);
+      if (pit != params_.end()) {
+        visit_listed(pit->second);
+      } else {
+        out_item it;
+        it.raw = &e;
+        it.base = base;
+        f(it);
+      }
+    }
+    for (const auto& name : src_.names())
+      if (!rd.find(name)) visit_listed(params_.at(name));
+  }
+
+  // Does sliced parameter p go to target t, and with which layout (it.dst)?
+  bool slice_applies(param_info& p, index_t t, out_item& it) {
+    if (!p.dst_entries) {
+      it.dst = nullptr;  // whole tensor
+      return true;
+    }
+    const std::uint32_t stage = dst_.stage_of(t);
+    for (const auto& e : *p.dst_entries)
+      if (e.stage == stage) {
+        resolve(p);
+        for (const auto& d : p.dst)
+          if (d.stage == stage) it.dst = &d;
+        return true;
+      }
+    return false;
+  }
+
+  std::string who_src(const std::string& name) const {
+    return "strategy: " + src_.source() + ": parameter " + quote_name(name);
+  }
+  std::string who_dst(const std::string& name) const {
+    return "strategy: " + dst_.source() + ": parameter " + quote_name(name);
+  }
+
+  // Derives p's full shape, dtype and layouts (once).
+  void resolve(param_info& p) {
+    if (p.resolved) return;
+    const tensor_ref* shape_from = nullptr;
+    std::string shape_file;
+    if (p.src_entries) {
+      const staged_layout& s = p.src_entries->front();
+      detail::check_supported(s.stored, who_src(p.name) + ": ");
+      const index_t n = src_.stage_ranks(), first = index_t{s.stage} * n;
+      // the shape comes from the first file of the stage: of the shape hint's ranks, if any
+      const auto take = [&](index_t r) {
+        if (shape_from || !available(r)) return;
+        const auto& rd = open(r);
+        shape_from = rd.find(p.name);
+        if (!shape_from)
+          report_error(op_ + ": " + rd.path().string() + ": parameter " + quote_name(p.name) +
+                       " is listed in the source strategy " + src_.source() + " (stage " + std::to_string(s.stage) +
+                       ", ranks " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
+                       ") but missing from this checkpoint");
+        shape_file = rd.path().string();
+      };
+      for (index_t r : shape_hint_)
+        if (r >= first && r < first + n) take(r);
+      for (index_t r = first; r < first + n && !shape_from; ++r) take(r);
+      if (!shape_from)
+        report_error(op_ + ": parameter " + quote_name(p.name) + " (stage " + std::to_string(s.stage) + " of " +
+                     src_.source() + ") is held by source ranks " + std::to_string(first) + ".." +
+                     std::to_string(first + n - 1) + ", but no file was given for any of them");
+      check_tensor(*shape_from, shape_file, p);
+      if (shape_from->is_scalar()) {
+        p.scalar = true;
+        p.scalar_dims = shape_from->dims;
+        p.shape = {};
+      } else if (!s.stored.tensor_shape.empty()) {
+        p.shape = index_list(s.stored.tensor_shape.begin(), s.stored.tensor_shape.end());
+      } else {
+        p.shape = full_shape_from_slice(s.stored, shape_from->dims,
+                                        who_src(p.name) + " (slice dims " + format_dims(shape_from->dims) + " in " +
+                                            shape_file + ")");
+      }
+      p.src = to_layout(s.stored, p.shape, s.stage, who_src(p.name));
+      p.src_part.emplace(*p.src);
+    } else {
+      // not listed in the source strategy: every source rank holds it whole; take the shape
+      // from the first base file that has it
+      for (const auto& t : targets_) {
+        const auto& rd = open(t.rank % M_);
+        if ((shape_from = rd.find(p.name))) {
+          shape_file = rd.path().string();
+          break;
+        }
+      }
+      RESHARD_EXPECTS(shape_from != nullptr, "transform: resolve: an unlisted parameter without a source");
+      check_tensor(*shape_from, shape_file, p);
+      p.scalar = shape_from->is_scalar();
+      if (p.scalar) p.scalar_dims = shape_from->dims;
+      if (!p.scalar) p.shape = index_list(shape_from->dims.begin(), shape_from->dims.end());
+    }
+    if (p.dst_entries) {
+      for (const auto& e : *p.dst_entries) {
+        if (!e.stored.tensor_shape.empty() &&
+            index_list(e.stored.tensor_shape.begin(), e.stored.tensor_shape.end()) != p.shape)
+          report_error(op_ + ": " + who_dst(p.name) + ": tensor_shape " + format_dims(e.stored.tensor_shape) +
+                       " disagrees with the source's full shape " + to_string(p.shape) + " (from " +
+                       (p.src_entries ? "the source strategy and " : std::string()) + shape_file + ")");
+        target_plan& d = p.dst.emplace_back();
+        d.stage = e.stage;
+        d.dst = to_layout(e.stored, p.shape, e.stage, who_dst(p.name));
+        d.part = partition(d.dst, partition::mode::arithmetic);
+        if (p.src) d.planner.emplace(*p.src, d.dst);
+      }
+    } else if (p.src) {
+      p.whole.emplace(*p.src, whole_on_targets(p.shape, N_));
+    }
+    p.resolved = true;
+  }
+
+  // A tensor the transform reads for p: a plain tensor of one dtype (the same in every file).
+  void check_tensor(const tensor_ref& e, const std::string& file, param_info& p) {
+    const std::string who = op_ + ": " + file + ": parameter " + quote_name(p.name) + ": ";
+    if (e.map_tensor)
+      report_error(who + "is a map tensor; a strategy cannot slice it (only unlisted map tensors are copied)");
+    if (e.type == dtype::str)
+      report_error(who + "is a str tensor; a strategy cannot slice it (only unlisted str tensors are copied)");
+    if (!p.type_known) {
+      p.type = e.type;
+      p.type_known = true;
+      p.type_file = file;
+    } else if (e.type != p.type) {
+      report_error(who + "dtype " + std::string(ms_name(e.type)) + " differs from " + std::string(ms_name(p.type)) +
+                   " in " + p.type_file + " (mixed dtypes across ranks)");
+    }
+  }
+
+  // Checks the source entry of p on source rank r (once per rank).
+  void check_source(param_info& p, index_t r) {
+    if (!p.checked.insert(r).second) return;
+    const auto& rd = open(r);
+    const std::string file = rd.path().string();
+    const tensor_ref* e = rd.find(p.name);
+    if (!e) {
+      if (p.src_entries)
+        report_error(op_ + ": " + file + ": parameter " + quote_name(p.name) + " is listed in the source strategy " +
+                     src_.source() + " but missing from this checkpoint");
+      report_error(op_ + ": " + file + ": parameter " + quote_name(p.name) + " is missing");
+    }
+    check_tensor(*e, file, p);
+    if (p.scalar) {
+      if (!e->is_scalar())
+        report_error(op_ + ": " + file + ": parameter " + quote_name(p.name) + ": dims " + format_dims(e->dims) +
+                     ", but it is a scalar in " + p.type_file);
+      return;
+    }
+    const index_list want = p.src ? p.src_part->box_of_rank(r).extent : p.shape;
+    if (e->is_scalar() || index_list(e->dims.begin(), e->dims.end()) != want)
+      report_error(op_ + ": " + file + ": parameter " + quote_name(p.name) + ": dims " + format_dims(e->dims) +
+                   " disagree with " +
+                   (p.src ? "the source strategy " + src_.source() + ": layout " + to_string(*p.src) + " gives rank " +
+                                std::to_string(r) + " the slice " + to_string(want)
+                          : "the full shape " + to_string(want) + " found in " + p.type_file));
+  }
+
+  box target_box(const out_item& it, index_t t) const {
+    const index_list& shape = it.p->shape;
+    if (!it.dst) return box{index_list(shape.size(), 0), shape};
+    return it.dst->part.box_of_rank(t);
+  }
+
+  // The pieces of target t's box of a sliced item: (source rank, piece box, source rank's box).
+  struct piece {
+    index_t rank;
+    box where;
+    box held;
+  };
+  // The transfers to t of the parameter's plan (the one planner, the one replica policy:
+  // rank_planner), as pieces. A planned sender whose file was not given (by-rank transforms
+  // given other files than rank_list_for_transform names) is replaced by the lowest owner of the
+  // same region whose file was given: the same bytes.
+  std::vector<piece> pieces_of(const out_item& it, index_t t, const box& tb) {
+    std::vector<piece> out;
+    const param_info& p = *it.p;
+    if (!p.src) {  // not listed in the source strategy: whole in the base file t % M
+      out.push_back({it.base, tb, box{index_list(p.shape.size(), 0), p.shape}});
+      return out;
+    }
+    const rank_planner& rp = it.dst ? *it.dst->planner : *p.whole;
+    std::vector<transfer> xs;
+    rp.receives(t, xs);
+    out.reserve(xs.size());
+    for (const transfer& x : xs) {
+      index_t r = x.src;
+      if (!available(r)) r = available_owner(rp.source(), rp.source().region_of(r));
+      if (r < 0) {
+        std::vector<index_t> buf;
+        std::string ranks;
+        for (index_t o : rp.source().owners_of(rp.source().region_of(x.src), buf)) {
+          if (!ranks.empty()) ranks += ',';
+          ranks += std::to_string(o);  // appended, not "," + ...: GCC 12 -O3 -Wrestrict
+        }
+        report_error(op_ + ": target rank " + std::to_string(t) + " needs the box " + to_string(x.where) +
+                     " of parameter " + quote_name(p.name) + " from one of the source ranks " + ranks +
+                     ", but no file was given for any of them (rank_list_for_transform lists the files a rank needs)");
+      }
+      out.push_back({r, x.where, rp.source().box_of_rank(r)});
+    }
+    return out;
+  }
+
+  // The lowest owner of source region k whose file was given; -1 if none.
+  index_t available_owner(const partition& ps, index_t k) const {
+    std::vector<index_t> buf;
+    for (index_t o : ps.owners_of(k, buf))
+      if (available(o)) return o;
+    return -1;
+  }
+
+  // Checks one item of target t; adds the source ranks it reads to `used`.
+  void check_item(const transform_target& t, out_item& it, std::set<index_t>& used) {
+    const bool st = format_of(t.path) == checkpoint_format::safetensors;
+    if (!it.p) {
+      const tensor_ref& e = *it.raw;
+      if (st && (e.map_tensor || e.type == dtype::str))
+        report_error(op_ + ": " + open(it.base).path().string() + ": parameter " + quote_name(e.name) + " is a " +
+                     (e.map_tensor ? "map tensor" : "str tensor") + ", which safetensors cannot hold (write ckpt)");
+      used.insert(it.base);
+      return;
+    }
+    param_info& p = *it.p;
+    resolve(p);
+    if (!p.src) {
+      check_source(p, it.base);
+      used.insert(it.base);
+      return;
+    }
+    const box tb = target_box(it, t.rank);
+    for (const auto& pc : pieces_of(it, t.rank, tb)) {
+      check_source(p, pc.rank);
+      used.insert(pc.rank);
+    }
+  }
+
+  std::uint64_t item_bytes(index_t t, const out_item& it) const {
+    if (!it.p) return it.raw->content_size();
+    if (it.p->scalar) return element_size(it.p->type);
+    return static_cast<std::uint64_t>(volume(target_box(it, t))) * element_size(it.p->type);
+  }
+
+  void verify_crcs() {
+    if (!opts_.verify_crc) return;
+    std::vector<const checkpoint_reader*> list;
+    for (const auto& [r, rd] : readers_) list.push_back(rd.get());
+    reshard::parallel_for(list.size(), threads(), [&](std::size_t i) { list[i]->verify_crc(); });
+  }
+
+  unsigned threads() const { return opts_.jobs; }
+
+  // -- phase 2: writing
+  struct sink {
+    std::optional<ckpt_writer> ckpt;
+    std::optional<safetensors_writer> st;
+    void begin(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) {
+      if (ckpt) ckpt->begin(name, type, dims, bytes);
+    }
+    void append(std::span<const std::byte> b) {
+      if (ckpt)
+        ckpt->append(b);
+      else
+        st->append(b);
+    }
+    void end() {
+      if (ckpt) ckpt->end();
+    }
+  };
+
+  struct staged {
+    std::filesystem::path part, final;
+    bool written = false;  // a staged file exists
+  };
+
+  // Creates the missing parent directories of the outputs, remembering them for the cleanup.
+  void make_directories() {
+    for (const auto& t : targets_) {
+      std::vector<std::filesystem::path> missing;
+      for (auto d = t.path.parent_path(); !d.empty(); d = d.parent_path()) {
+        std::error_code ec;
+        if (std::filesystem::exists(d, ec)) break;
+        missing.push_back(d);
+        if (d == d.parent_path()) break;
+      }
+      for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+        std::error_code ec;
+        if (!std::filesystem::create_directory(*it, ec) && ec)
+          report_error(op_ + ": cannot create directory " + it->string() + ": " + ec.message());
+        created_dirs_.push_back(*it);
+      }
+    }
+  }
+
+  // Writes every target as a staged file (parallel over targets).
+  transform_summary write_all() {
+    stage_.assign(targets_.size(), {});
+    for (std::size_t i = 0; i < targets_.size(); ++i) {
+      stage_[i].final = targets_[i].path;
+      stage_[i].part = targets_[i].path;
+      stage_[i].part += detail::temp_marker() + std::to_string(::getpid()) + ".part";
+    }
+    std::vector<transform_summary> per(targets_.size());
+    make_directories();
+    for (const auto& t : targets_) detail::remove_stale_temporaries(t.path);  // of killed runs
+    reshard::parallel_for(targets_.size(), threads(), [&](std::size_t i) {
+      per[i] = write_target(targets_[i], stage_[i].part);
+      stage_[i].written = true;
+    });
+    transform_summary s;
+    for (const auto& p : per) {
+      s.files += 1;
+      s.sliced += p.sliced;
+      s.copied += p.copied;
+      s.bytes_read += p.bytes_read;
+      s.bytes_written += p.bytes_written;
+    }
+    return s;
+  }
+
+  // Every target is complete: moves them into place; on a failure, the files renamed so far are
+  // removed (new files only) and the staged ones stay for discard().
+  void rename_all() {
+    for (std::size_t i = 0; i < stage_.size(); ++i) {
+      int err = 0;
+      detail::crash_point();  // test-only (RESHARD_TEST_CRASH_AFTER)
+      if (opts_.force) {
+        if (::rename(stage_[i].part.c_str(), stage_[i].final.c_str()) != 0) err = errno;
+      } else {
+        err = detail::rename_no_replace(stage_[i].part, stage_[i].final);
+      }
+      if (err != 0) {
+        for (std::size_t k = 0; k < i; ++k) {
+          if (!opts_.force) ::unlink(stage_[k].final.c_str());  // new files only: restore the state before
+        }
+        report_error(op_ + ": " + stage_[i].final.string() + ": " +
+                     (err == EEXIST ? std::string("appeared while transforming (pass force to replace it)")
+                                    : "cannot rename " + stage_[i].part.string() + ": " + std::strerror(err)));
+      }
+      stage_[i].written = false;  // renamed: nothing to clean up
+      summary_.outputs.push_back(stage_[i].final);
+    }
+    created_dirs_.clear();  // they hold outputs now
+    std::set<std::filesystem::path> dirs;  // make the renames durable
+    for (const auto& st : stage_) dirs.insert(st.final.parent_path());
+    for (const auto& d : dirs) detail::fsync_directory(d);
+  }
+
+  // Removes the staged files and the directories this job created (only if empty).
+  void discard() noexcept {
+    for (const auto& st : stage_)
+      if (st.written) ::unlink(st.part.c_str());
+    stage_.clear();
+    for (auto it = created_dirs_.rbegin(); it != created_dirs_.rend(); ++it) {
+      std::error_code ec;
+      std::filesystem::remove(*it, ec);  // only if empty
+    }
+    created_dirs_.clear();
+  }
+
+  transform_summary write_target(const transform_target& t, const std::filesystem::path& part) {
+    transform_summary s;
+    std::vector<out_item> items;
+    for_each_item(t.rank, [&](out_item& it) { items.push_back(it); });
+    sink out;
+    const bool st = format_of(t.path) == checkpoint_format::safetensors;
+    if (st) {
+      std::sort(items.begin(), items.end(), [](const out_item& a, const out_item& b) { return a.name() < b.name(); });
+      std::vector<safetensors_tensor_info> infos;
+      for (const auto& it : items) {
+        std::vector<std::int64_t> shape;
+        if (it.p && !it.p->scalar) {
+          const box tb = target_box(it, t.rank);
+          shape.assign(tb.extent.begin(), tb.extent.end());
+        } else if (!it.p && !it.raw->is_scalar()) {
+          shape = it.raw->dims;
+        }
+        infos.push_back({std::string(it.name()), it.p ? it.p->type : it.raw->type, std::move(shape)});
+      }
+      out.st.emplace(part, std::move(infos), safetensors_write_options{.overwrite = true});
+    } else {
+      out.ckpt.emplace(part, ckpt_write_options{.crc = opts_.crc, .chunk_bytes = opts_.chunk_bytes, .overwrite = true});
+    }
+    std::vector<std::byte> buffer;
+    std::set<index_t> used;
+    for (const auto& it : items) {
+      if (it.p) {
+        write_sliced(out, it, t.rank, buffer, used, s);
+        ++s.sliced;
+      } else {
+        write_raw(out, it, s);
+        ++s.copied;
+        used.insert(it.base);
+      }
+      report(t.rank, it.name(), item_bytes(t.rank, it), false);
+    }
+    if (out.ckpt)
+      out.ckpt->commit();
+    else
+      out.st->commit();
+    std::error_code ec;
+    s.bytes_written = std::filesystem::file_size(part, ec);
+    retire(used);
+    report(t.rank, {}, 0, true);
+    return s;
+  }
+
+  const checkpoint_reader& open_const(index_t r) const { return *readers_.at(r); }
+
+  // Releases a source range now if it is large; otherwise counts it against its file.
+  void release_range(index_t r, std::span<const std::byte> range, std::span<const std::byte> file) {
+    if (range.size() >= detail::release_threshold)
+      release_pages(range, file);
+    else
+      uses_.at(r).unreleased += range.size();
+  }
+
+  // A target is done with the sources `used`: each is released when no target needs it any more;
+  // the others wait in a queue, the oldest released first while the pages they may hold (what
+  // was read, plus the kernel's fault-around, at most the file) exceed detail::resident_budget.
+  void retire(const std::set<index_t>& used) {
+    std::vector<index_t> now;
+    {
+      const std::lock_guard<std::mutex> lock(*resident_mutex_);
+      for (index_t r : used) {
+        reader_use& u = uses_.at(r);
+        const std::uint64_t read = u.unreleased.exchange(0);
+        if (--u.targets == 0) {
+          if (u.held > 0 || read > 0) now.push_back(r);
+          resident_ -= u.held;
+          u.held = 0;
+          continue;
+        }
+        if (read == 0) continue;
+        const std::uint64_t grown = std::min<std::uint64_t>(
+            open_const(r).file_size(), u.held + read + (u.held == 0 ? detail::fault_around_window : 0));
+        if (u.held == 0) queue_.push_back(r);
+        resident_ += grown - u.held;
+        u.held = grown;
+      }
+      while (resident_ > detail::resident_budget && !queue_.empty()) {
+        const index_t r = queue_.front();
+        queue_.pop_front();
+        reader_use& u = uses_.at(r);
+        if (u.held == 0) continue;  // released since it was queued
+        resident_ -= u.held;
+        u.held = 0;
+        now.push_back(r);
+      }
+    }
+    for (index_t r : now) open_const(r).release_all();
+  }
+
+  void report(index_t rank, std::string_view name, std::uint64_t bytes, bool file_done) {
+    std::lock_guard<std::mutex> lock(*progress_mutex_);
+    bytes_done_ += bytes;
+    if (file_done) ++files_done_;
+    if (opts_.progress)
+      opts_.progress({rank, name, bytes_done_, bytes_total_, files_done_, targets_.size()});
+  }
+
+  void write_raw(sink& out, const out_item& it, transform_summary& s) {
+    const tensor_ref& e = *it.raw;
+    if (out.ckpt && e.ckpt) {
+      out.ckpt->write_raw(*e.ckpt);
+    } else {
+      out.begin(e.name, e.type, e.dims, e.content_size());
+      for (auto p : e.pieces) out.append(p);
+      out.end();
+    }
+    s.bytes_read += e.content_size();
+    const auto file = open_const(it.base).bytes();
+    for (auto p : e.pieces) release_range(it.base, p, file);
+  }
+
+  void write_sliced(sink& out, const out_item& it, index_t t, std::vector<std::byte>& buffer, std::set<index_t>& used,
+                    transform_summary& s) {
+    const param_info& p = *it.p;
+    const std::size_t elem = element_size(p.type);
+    const box tb = target_box(it, t);
+    std::vector<std::int64_t> dims = p.scalar ? p.scalar_dims : tb.extent.to_vector();
+    const std::uint64_t total = static_cast<std::uint64_t>(volume(tb)) * elem;
+    out.begin(p.name, p.type, dims, total);
+    const auto pieces = pieces_of(it, t, tb);
+    struct src_view {
+      index_t rank;
+      const tensor_ref* e;
+      std::span<const std::byte> file;
+      std::vector<std::uint64_t> starts;
+    };
+    std::vector<src_view> views;
+    for (const auto& pc : pieces) {
+      used.insert(pc.rank);
+      src_view v{pc.rank, open_const(pc.rank).find(p.name), open_const(pc.rank).bytes(), {}};
+      std::uint64_t at = 0;
+      for (auto q : v.e->pieces) v.starts.push_back(at), at += q.size();
+      views.push_back(std::move(v));
+    }
+    std::vector<reshard::detail::copy_job> jobs;
+    struct source_range {
+      const src_view* v;
+      std::uint64_t lo, hi;
+    };
+    std::vector<source_range> read;
+    for_each_chunk(tb.extent, elem, opts_.buffer_bytes, [&](const box& local) {
+      box c = local;
+      for (std::size_t i = 0; i < c.offset.size(); ++i) c.offset[i] += tb.offset[i];
+      const std::uint64_t bytes = static_cast<std::uint64_t>(volume(c)) * elem;
+      // A chunk that is one run of one stored piece goes straight from the mapping to the file.
+      std::size_t meets = 0, only = 0;
+      for (std::size_t k = 0; k < pieces.size(); ++k)
+        if (volume(intersect(pieces[k].where, c)) > 0) ++meets, only = k;
+      if (meets == 1 && intersect(pieces[only].where, c) == c) {
+        const auto& v = views[only];
+        const std::byte* base = v.e->pieces.front().data();
+        const auto j = reshard::detail::make_copy_job(base, pieces[only].held, nullptr, c, c, elem);
+        const auto lo = static_cast<std::uint64_t>(j.src - base);
+        const std::size_t k = piece_of(v.starts, lo);
+        if (j.dims == 0 && lo + j.run <= v.starts[k] + v.e->pieces[k].size()) {
+          const auto span = v.e->pieces[k].subspan(static_cast<std::size_t>(lo - v.starts[k]), j.run);
+          out.append(span);
+          release_range(v.rank, span, v.file);
+          s.bytes_read += bytes;
+          return;
+        }
+      }
+      // Otherwise the chunk is gathered in the buffer: one copy job (convert.hpp) per source
+      // piece it meets, read in place from the mapping.
+      buffer.resize(static_cast<std::size_t>(bytes));
+      jobs.clear();
+      read.clear();
+      for (std::size_t k = 0; k < pieces.size(); ++k) {
+        const box in = intersect(pieces[k].where, c);
+        if (volume(in) == 0) continue;
+        const auto& v = views[k];
+        // offsets from the content's first stored piece; the others follow it in the mapping
+        const std::byte* base = v.e->pieces.front().data();
+        reshard::detail::copy_job j =
+            reshard::detail::make_copy_job(base, pieces[k].held, buffer.data(), c, in, elem);
+        const auto lo = static_cast<std::uint64_t>(j.src - base), hi = lo + reshard::detail::source_span(j);
+        s.bytes_read += static_cast<std::uint64_t>(volume(in)) * elem;
+        read.push_back({&v, lo, hi});
+        const std::size_t first = piece_of(v.starts, lo);
+        if (hi <= v.starts[first] + v.e->pieces[first].size()) {  // inside one stored piece
+          j.src = v.e->pieces[first].data() + (lo - v.starts[first]);
+          jobs.push_back(std::move(j));
+        } else {  // across stored pieces: each run resolved through them
+          reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
+            copy_from_pieces(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), dst, n);
+          });
+        }
+      }
+      reshard::detail::run_jobs(jobs, 1);
+      for (const auto& r : read) {
+        if (r.hi - r.lo >= detail::release_threshold)
+          release_content(*r.v->e, r.lo, r.hi, r.v->file);
+        else
+          uses_.at(r.v->rank).unreleased += r.hi - r.lo;
+      }
+      out.append(buffer);
+    });
+    out.end();
+    if (buffer.capacity() > opts_.buffer_bytes) std::vector<std::byte>().swap(buffer);
+  }
+
+  strategy_layouts src_, dst_;
+  std::map<index_t, std::filesystem::path> files_;
+  std::vector<transform_target> targets_;
+  std::vector<staged> stage_;
+  transform_summary summary_;
+  std::chrono::steady_clock::time_point start_{};
+  bool checked_ = false, staged_ = false, committed_ = false;
+  transform_options opts_;
+  std::string op_;
+  index_t M_ = 1, N_ = 1;
+  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers_;
+  // per source file read: the targets that still read it, and the bytes read but not released
+  struct reader_use {
+    std::int64_t targets = 0;                  // targets still to read it (resident_mutex_)
+    std::uint64_t held = 0;                    // pages it may hold, counted in resident_ (idem)
+    std::atomic<std::uint64_t> unreleased{0};  // bytes read since its last release
+  };
+  std::map<index_t, reader_use> uses_;
+  std::unique_ptr<std::mutex> resident_mutex_ = std::make_unique<std::mutex>();
+  std::deque<index_t> queue_;       // sources holding pages, oldest first
+  std::uint64_t resident_ = 0;      // the sum of their `held`
+  std::map<std::string, param_info, std::less<>> params_;
+  std::vector<std::string> warnings_;
+  std::vector<std::filesystem::path> created_dirs_;
+  std::set<index_t> shape_hint_;
+  bool collected_ = false;
+  std::unique_ptr<std::mutex> progress_mutex_ = std::make_unique<std::mutex>();
+  std::uint64_t bytes_total_ = 0, bytes_done_ = 0;
+  std::size_t files_done_ = 0;
+};
+
+// The checkpoint file of `rank_dir`: the last *.ckpt or *.safetensors file in name order
+// (MindSpore's rule), hidden files and staged outputs skipped.
+inline std::filesystem::path rank_file(const std::filesystem::path& rank_dir, const std::string& op) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::directory_iterator it(rank_dir, ec);
+  if (ec) report_error(op + ": source rank directory " + rank_dir.string() + " cannot be listed: " + ec.message());
+  std::vector<fs::path> files;
+  for (const auto& e : it) {
+    const auto name = e.path().filename().string();
+    std::error_code kind;
+    if (name.empty() || name[0] == '.' || !e.is_regular_file(kind)) continue;
+    const auto ext = e.path().extension();
+    if (ext == ".ckpt" || ext == ".safetensors") files.push_back(e.path());
+  }
+  if (files.empty()) report_error(op + ": " + rank_dir.string() + " holds no .ckpt or .safetensors file");
+  std::sort(files.begin(), files.end());
+  return files.back();
+}
+
+// The files of src_dir/rank_<r> for r in [0, ranks): every rank directory must exist.
+inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem::path& src_dir, index_t ranks,
+                                                           const std::string& op, std::vector<std::string>& warnings) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(src_dir, ec)) report_error(op + ": source directory " + src_dir.string() + " does not exist");
+  std::map<index_t, fs::path> out;
+  for (index_t r = 0; r < ranks; ++r) {
+    const fs::path d = src_dir / ("rank_" + std::to_string(r));
+    if (!fs::is_directory(d, ec))
+      report_error(op + ": " + d.string() + ": missing rank directory (the source has " + std::to_string(ranks) +
+                   " rank" + (ranks == 1 ? "" : "s") + ": rank_0 .. rank_" + std::to_string(ranks - 1) + ")");
+    out.emplace(r, rank_file(d, op));
+  }
+  if (fs::is_directory(src_dir / ("rank_" + std::to_string(ranks)), ec))
+    warnings.push_back(src_dir.string() + " has more rank directories than the source's " + std::to_string(ranks) +
+                       " ranks; rank_" + std::to_string(ranks) + " and above are not read");
+  return out;
+}
+
+}  // namespace detail
+
+// The engine lives in detail beside its helpers; these are its public names.
+using detail::transform_job;
+using detail::transform_target;
+
+}  // namespace reshard::io

@@ -1,0 +1,294 @@
+// verify/io/engine_plans.cpp: the checkpoint engine executes the core's plans (law E1).
+//
+// Random MindSpore strategies (tuple maps, optimizer sharding, uneven param_split_shape, pipeline
+// stages on either side, any M and N) are written as real files whose every element says which
+// source file it was read from: element g of a parameter in the file of source rank r holds
+// (r << 32) | g, so replicas differ. After transform_checkpoints, each output tensor must equal,
+// byte for byte, `convert` of the parameter's round-robin plan applied to those shards: the
+// engine read exactly the plan's transfers, from exactly the plan's senders, and put them where
+// the plan says. transform_checkpoint_by_rank of one target, given only the files
+// rank_list_for_transform names, must write the same file.
+#include <reshard/io/transform.hpp>
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io_test_util.hpp"
+#include "reshard.hpp"
+
+namespace fs = std::filesystem;
+using namespace reshard::io;
+using reshard::box;
+using reshard::index_list;
+using reshard::index_t;
+using reshard::layout;
+
+namespace {
+
+// One side of a scenario: a device matrix per stage and the parameters' stored layouts.
+struct side {
+  std::vector<std::int64_t> dev;  // the same device matrix for every parameter
+  index_t stages = 1;
+  index_t stage_ranks() const {
+    return std::accumulate(dev.begin(), dev.end(), index_t{1}, std::multiplies<>());
+  }
+};
+
+struct param {
+  std::string name;
+  index_list shape;
+  std::uint32_t src_stage = 0;
+  param_layout src;
+  std::optional<std::pair<std::uint32_t, param_layout>> dst;  // none: whole on every target
+};
+
+// Device axes (right-counted) of `dev` used by `map`.
+std::vector<bool> used_axes(const std::vector<std::int64_t>& dev, const std::vector<std::vector<std::int64_t>>& map) {
+  std::vector<bool> used(dev.size(), false);
+  for (const auto& e : map)
+    for (auto a : e)
+      if (a >= 0) used[dev.size() - 1 - static_cast<std::size_t>(a)] = true;
+  return used;
+}
+
+// A random stored layout of a `dims`-d tensor on `dev`: entries unsplit, one axis or a tuple of
+// two; maybe optimizer sharding. Returns the layout and, per dim, the slice count it needs the
+// shape to divide into (dim 0 times the optimizer parts).
+std::pair<param_layout, std::vector<index_t>> gen_stored(const std::vector<std::int64_t>& dev, std::size_t dims) {
+  param_layout l;
+  l.dev_matrix = dev;
+  std::vector<std::int64_t> free_axes(dev.size());
+  std::iota(free_axes.begin(), free_axes.end(), 0);
+  std::vector<index_t> need(dims, 1);
+  for (std::size_t i = 0; i < dims; ++i) {
+    const int kind = *rc::gen::inRange(0, 5);  // 0,1: unsplit; 2,3: one axis; 4: a tuple
+    std::vector<std::int64_t> entry;
+    const std::size_t take = kind >= 4 ? 2 : kind >= 2 ? 1 : 0;
+    for (std::size_t k = 0; k < take && !free_axes.empty(); ++k) {
+      const auto at = static_cast<std::size_t>(*rc::gen::inRange<std::size_t>(0, free_axes.size()));
+      entry.push_back(free_axes[at]);
+      free_axes.erase(free_axes.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+    if (entry.empty()) entry.push_back(-1);
+    for (auto a : entry)
+      if (a >= 0) need[i] *= dev[dev.size() - 1 - static_cast<std::size_t>(a)];
+    if (entry.size() > 1) l.tuple_form = true;
+    l.tensor_map.push_back(entry);
+  }
+  // optimizer sharding over the repeat axes: none, the whole group, or a divisor of it
+  const auto used = used_axes(dev, l.tensor_map);
+  index_t group = 1;
+  for (std::size_t a = 0; a < dev.size(); ++a)
+    if (!used[a]) group *= dev[a];
+  if (dims > 0 && group > 1 && *rc::gen::inRange(0, 3) == 0) {
+    std::vector<index_t> divisors;
+    for (index_t d = 2; d <= group; ++d)
+      if (group % d == 0) divisors.push_back(d);
+    const bool whole = *rc::gen::arbitrary<bool>();
+    const index_t parts = whole ? group : *rc::gen::elementOf(divisors);
+    l.opt_weight_shard_size = whole ? -1 : static_cast<std::int32_t>(parts);
+    l.opt_weight_shard_step = 1;
+    need[0] *= parts;
+  }
+  return {l, need};
+}
+
+struct scenario {
+  side src, dst;
+  std::vector<param> params;
+  index_t M() const { return src.stages * src.stage_ranks(); }
+  index_t N() const { return dst.stages * dst.stage_ranks(); }
+};
+
+std::vector<std::int64_t> gen_dev() {
+  const auto axes = *rc::gen::inRange<std::size_t>(1, 4);
+  std::vector<std::int64_t> dev;
+  for (std::size_t a = 0; a < axes; ++a) dev.push_back(*rc::gen::inRange<std::int64_t>(1, 5));
+  return dev;
+}
+
+scenario gen_scenario() {
+  scenario s;
+  s.src.dev = gen_dev();
+  s.dst.dev = gen_dev();
+  s.src.stages = *rc::gen::inRange<index_t>(1, 3);
+  s.dst.stages = *rc::gen::inRange<index_t>(1, 3);
+  const auto count = *rc::gen::inRange<std::size_t>(1, 4);
+  for (std::size_t k = 0; k < count; ++k) {
+    param p;
+    p.name = "p" + std::to_string(k);
+    const auto dims = *rc::gen::inRange<std::size_t>(1, 4);
+    p.src_stage = static_cast<std::uint32_t>(*rc::gen::inRange<index_t>(0, s.src.stages));
+    auto [sl, sneed] = gen_stored(s.src.dev, dims);
+    p.src = sl;
+    std::vector<index_t> need = sneed;
+    if (k == 0 || *rc::gen::inRange(0, 5) != 0) {  // the target strategy lists at least one
+      auto [dl, dneed] = gen_stored(s.dst.dev, dims);
+      p.dst = {static_cast<std::uint32_t>(*rc::gen::inRange<index_t>(0, s.dst.stages)), dl};
+      for (std::size_t i = 0; i < dims; ++i) need[i] = std::lcm(need[i], dneed[i]);
+    }
+    for (std::size_t i = 0; i < dims; ++i) p.shape.push_back(need[i] * *rc::gen::inRange<index_t>(1, 3));
+    // uneven dim-0 slices in the source (MindSpore's param_split_shape), without optimizer
+    // sharding: random positive lengths, one per slice of dim 0
+    const index_t slices0 = sneed[0];
+    if (p.src.opt_weight_shard_size == 0 && slices0 > 1 && *rc::gen::inRange(0, 4) == 0) {
+      index_t total = 0;
+      for (index_t j = 0; j < slices0; ++j) {
+        const auto len = *rc::gen::inRange<std::int64_t>(1, 4);
+        p.src.param_split_shape.push_back(len);
+        total += len;
+      }
+      if (p.dst) {  // the target must still divide dim 0: scale the lengths
+        const index_t unit = need[0] / std::gcd(need[0], total) ;
+        for (auto& v : p.src.param_split_shape) v *= unit;
+        total *= unit;
+      }
+      p.shape[0] = total;
+    }
+    s.params.push_back(std::move(p));
+  }
+  // the strategies' stage counts: the highest stage listed, + 1
+  s.src.stages = s.dst.stages = 1;
+  for (const auto& p : s.params) {
+    s.src.stages = std::max<index_t>(s.src.stages, index_t{p.src_stage} + 1);
+    if (p.dst) s.dst.stages = std::max<index_t>(s.dst.stages, index_t{p.dst->first} + 1);
+  }
+  return s;
+}
+
+layout src_layout(const param& p) { return to_layout(p.src, p.shape, p.src_stage, p.name); }
+layout dst_layout(const scenario& s, const param& p) {
+  if (!p.dst) {
+    layout l = reshard::full_layout(p.shape);  // whole on every one of the N targets
+    l.dev_matrix = {s.N()};
+    return l;
+  }
+  return to_layout(p.dst->second, p.shape, p.dst->first, p.name);
+}
+
+std::string stored_name(const side& sd, std::uint32_t stage, const std::string& name) {
+  return sd.stages > 1 ? std::to_string(stage) + "-" + name : name;
+}
+
+// The bytes of box `b` of a parameter of shape `shape` as source rank r holds them.
+std::vector<std::byte> tagged(index_t r, const index_list& shape, const box& b) {
+  std::vector<std::int64_t> v;
+  v.reserve(static_cast<std::size_t>(reshard::volume(b)));
+  const std::size_t n = shape.size();
+  std::vector<index_t> idx(n, 0);
+  for (index_t e = 0; e < reshard::volume(b); ++e) {
+    index_t g = 0;
+    for (std::size_t i = 0; i < n; ++i) g = g * shape[i] + b.offset[i] + idx[i];
+    v.push_back((r << 32) | g);
+    for (std::size_t i = n; i-- > 0;) {
+      if (++idx[i] < b.extent[i]) break;
+      idx[i] = 0;
+    }
+  }
+  std::vector<std::byte> out(v.size() * 8);
+  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+void write(const fs::path& dir, const scenario& s) {
+  strategy_file sf, df;
+  sf.nodes.push_back({"MatMul-op0", {0, {{1}}}});
+  df.nodes = sf.nodes;
+  for (const auto& p : s.params) {
+    sf.layouts.emplace_back(stored_name(s.src, p.src_stage, p.name), p.src);
+    if (p.dst) df.layouts.emplace_back(stored_name(s.dst, p.dst->first, p.name), p.dst->second);
+  }
+  write_strategy(dir / "src_strategy.ckpt", sf);
+  write_strategy(dir / "dst_strategy.ckpt", df);
+  for (index_t r = 0; r < s.M(); ++r) {
+    const fs::path rd = dir / "src" / ("rank_" + std::to_string(r));
+    fs::create_directories(rd);
+    ckpt_writer w(rd / "net.ckpt", {});
+    for (const auto& p : s.params) {
+      const layout l = src_layout(p);
+      if (r < l.first_rank || r >= l.first_rank + reshard::num_ranks(l)) continue;  // another stage
+      const box b = reshard::box_of(l, r);
+      w.write(p.name, dtype::int64, b.extent.to_vector(), tagged(r, p.shape, b));
+    }
+    const std::int64_t step = 7;
+    w.write("global_step", dtype::int64, std::vector<std::int64_t>{1}, std::as_bytes(std::span(&step, 1)));
+    w.commit();
+  }
+}
+
+std::vector<std::byte> content(const tensor_ref& e) {
+  std::vector<std::byte> out;
+  for (auto piece : e.pieces) out.insert(out.end(), piece.begin(), piece.end());
+  return out;
+}
+
+// What target rank t's tensor of p must be: convert of the round-robin plan, on the tagged shards.
+std::vector<std::byte> expected(const scenario& s, const param& p, index_t t) {
+  const layout a = src_layout(p), b = dst_layout(s, p);
+  const reshard::transfer_plan plan = reshard::plan(a, b, reshard::replica_policy::round_robin);
+  std::vector<std::vector<std::byte>> src(static_cast<std::size_t>(reshard::num_ranks(a)));
+  std::vector<const std::byte*> sp;
+  for (index_t k = 0; k < reshard::num_ranks(a); ++k) {
+    src[static_cast<std::size_t>(k)] = tagged(a.first_rank + k, p.shape, reshard::box_of(a, a.first_rank + k));
+    sp.push_back(src[static_cast<std::size_t>(k)].data());
+  }
+  std::vector<std::vector<std::byte>> dst(static_cast<std::size_t>(reshard::num_ranks(b)));
+  std::vector<std::byte*> dp;
+  for (index_t k = 0; k < reshard::num_ranks(b); ++k) {
+    dst[static_cast<std::size_t>(k)].resize(static_cast<std::size_t>(reshard::volume(reshard::box_of(b, b.first_rank + k))) * 8);
+    dp.push_back(dst[static_cast<std::size_t>(k)].data());
+  }
+  reshard::convert(plan, std::span<const std::byte* const>(sp), std::span<std::byte* const>(dp), 8);
+  return dst[static_cast<std::size_t>(t - b.first_rank)];
+}
+
+// Does target t get parameter p (its stage lists it, or the target strategy does not)?
+bool gets(const scenario& s, const param& p, index_t t) {
+  return !p.dst || t / s.dst.stage_ranks() == p.dst->first;
+}
+
+}  // namespace
+
+RC_GTEST_PROP(engine_plans, outputs_are_convert_of_the_round_robin_plan, ()) {
+  const scenario s = gen_scenario();
+  reshard_test::temp_dir dir;
+  write(dir.path(), s);
+  const transform_summary sum =
+      transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
+                            {.jobs = *rc::gen::inRange(1u, 3u), .buffer_bytes = *rc::gen::elementOf(std::vector<std::uint64_t>{64, 4 << 20})});
+  RC_ASSERT(sum.files == static_cast<std::size_t>(s.N()));
+  for (index_t t = 0; t < s.N(); ++t) {
+    const fs::path f = rank_checkpoint_path(dir / "out", "c_", t, checkpoint_format::ckpt);
+    checkpoint_reader rd(f);
+    for (const auto& p : s.params) {
+      const tensor_ref* e = rd.find(p.name);
+      if (!gets(s, p, t)) {
+        RC_ASSERT(e == nullptr);
+        continue;
+      }
+      RC_ASSERT(e != nullptr);
+      RC_ASSERT(content(*e) == expected(s, p, t));
+    }
+  }
+  // one target alone, from exactly the files rank_list_for_transform names
+  const index_t t = *rc::gen::inRange<index_t>(0, s.N());
+  std::map<std::int64_t, fs::path> files;
+  for (std::int64_t r : rank_list_for_transform(t, dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt"))
+    files.emplace(r, dir / "src" / ("rank_" + std::to_string(r)) / "net.ckpt");
+  const fs::path one = dir / "one.ckpt";
+  transform_checkpoint_by_rank(t, files, one, dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt");
+  RC_ASSERT(reshard_test::read_bytes(one) ==
+            reshard_test::read_bytes(rank_checkpoint_path(dir / "out", "c_", t, checkpoint_format::ckpt)));
+}
