@@ -3,7 +3,7 @@
 
 Deterministic (run it again: no diff). Real MindSpore-schema files come from protobuf's own
 Python library through verify/python/ms_files.py (checkpoints, strategy files in both encodings,
-safetensors), plus the golden encodings of shared/spec/mindspore.md, a few malformed variants,
+safetensors), plus the golden encodings of docs/formats.md, a few malformed variants,
 the spec's layout examples as layout JSON and as plan_convert layout pairs (encoded as
 fuzz/decode.hpp decodes them), and seeded random inputs for the decoding targets. Each input gets
 the target's parameter prefix (for example ckpt's first byte, bit 0 = verify the CRC).
@@ -31,7 +31,7 @@ import ms_proto  # noqa: E402
 CORPUS = os.path.join(HERE, "corpus")
 MAX_SEED = 4096  # bytes: keep seeds small
 
-# shared/spec/mindspore.md
+# docs/formats.md#2-strategy-files and docs/formats.md#3-checkpoint-files
 GOLDEN_CKPT_W = "0a240a0177121f080208021207466c6f617433321a100000803f000000400000404000008040"
 GOLDEN_CKPT_STEP = "0a200a0b676c6f62616c5f7374657012111205496e7436341a080500000000000000"
 GOLDEN_CKPT_TRAILER = "6372635f6e756d000000000000a9f61be4"

@@ -20,7 +20,7 @@ using namespace std::string_literals;
 
 namespace {
 
-// shared/spec/mindspore.md §3
+// docs/formats.md#3-checkpoint-files
 constexpr std::string_view golden_w = "0a240a0177121f080208021207466c6f617433321a100000803f000000400000404000008040";
 constexpr std::string_view golden_step = "0a200a0b676c6f62616c5f7374657012111205496e7436341a080500000000000000";
 constexpr std::string_view golden_trailer = "6372635f6e756d000000000000a9f61be4";
@@ -66,7 +66,7 @@ std::string floats(std::size_t n) { return std::string(4 * n, '\x01'); }
 // Writes `bytes` to dir/name and returns the error message of reading it ("" if it reads).
 std::string read_error(const temp_dir& dir, std::string_view bytes, const std::string& name = "bad.ckpt") {
   write_bytes(dir / name, as_bytes(bytes));
-  return error_message([&] { ckpt_file f(dir / name); });
+  return error_of([&] { ckpt_file f(dir / name); });
 }
 
 std::string str(std::span<const std::byte> b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
@@ -379,7 +379,7 @@ TEST(ckpt_malformed, every_truncation_of_a_one_value_file_is_an_error) {
   const auto full = from_hex(golden_w);
   for (std::size_t n = 0; n < full.size(); ++n) {
     write_bytes(dir / "t.ckpt", std::span(full).first(n));
-    const std::string msg = error_message([&] { ckpt_file f(dir / "t.ckpt"); });
+    const std::string msg = error_of([&] { ckpt_file f(dir / "t.ckpt"); });
     EXPECT_NE(msg.find("ckpt: " + (dir / "t.ckpt").string() + ": "), std::string::npos) << "prefix " << n << ": " << msg;
     if (n >= 5) {  // the tag is complete
       EXPECT_NE(msg.find("parameter 'w'"), std::string::npos) << "prefix " << n << ": " << msg;
@@ -423,7 +423,7 @@ TEST(ckpt_malformed, dims_and_content_disagree) {
   fs::create_directories(dir / "rank_0");
   const auto path = dir / "rank_0" / "a.ckpt";
   write_bytes(path, as_bytes(checkpoint(value_msg("w", tensor_proto({2, 2}, "Float32", floats(3))))));
-  EXPECT_EQ(error_message([&] { ckpt_file f(path); }),
+  EXPECT_EQ(error_of([&] { ckpt_file f(path); }),
             "ckpt: " + path.string() + ": parameter 'w': tensor_content has 12 bytes, dims [2,2] Float32 needs 16");
   EXPECT_TRUE(throws_error([&] { ckpt_file f(path); }, {}));
   // MindSpore's scalar dims [0] hold one element

@@ -30,7 +30,7 @@ static_assert(crc32(std::span<const std::byte>{}) == 0);
 TEST(crc32, check_value) { EXPECT_EQ(crc32(as_bytes("123456789")), 0xCBF43926u); }
 
 TEST(crc32, spec_golden_checkpoint_trailer) {
-  // shared/spec/mindspore.md §3: the two golden Values followed by this trailer value.
+  // docs/formats.md#3-checkpoint-files: the two golden Values followed by this trailer value.
   const auto body = from_hex(
       "0a240a0177121f080208021207466c6f617433321a100000803f000000400000404000008040"
       "0a200a0b676c6f62616c5f7374657012111205496e7436341a080500000000000000");

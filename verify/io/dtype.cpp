@@ -12,7 +12,7 @@
 
 using namespace reshard::io;
 
-// The facts of the spec (shared/spec/mindspore.md §3, §4) hold at compile time.
+// The facts of docs/formats.md (#3-checkpoint-files, #4-safetensors-files) hold at compile time.
 static_assert(ms_name(dtype::bfloat16) == "BFloat16");
 static_assert(dtype_from_ms_name("Int4") == dtype::int4);
 static_assert(!dtype_from_ms_name("float32"));  // case-sensitive

@@ -20,7 +20,7 @@ using namespace std::string_literals;
 
 namespace {
 
-// shared/spec/mindspore.md §2
+// docs/formats.md#2-strategy-files
 constexpr std::string_view golden_map =
     "0801121a0a084d61744d756c5f77120e08001204080208011204080108041a240a0177121f0a0408020804120d080108ffffffffffffffffff01"
     "1a002200280030003800";
@@ -69,9 +69,9 @@ std::string map_with_layouts(std::string_view layouts) {
   return varint_field(1, 1) + len_field(3, len_field(1, "p") + len_field(2, layouts));
 }
 std::string decode_error(const std::string& bytes) {
-  return error_message([&] { (void)decode_strategy_protobuf(bytes_of(bytes), "s.ckpt"); });
+  return error_of([&] { (void)decode_strategy_protobuf(bytes_of(bytes), "s.ckpt"); });
 }
-std::string json_error(const std::string& text) { return error_message([&] { (void)decode_strategy_json(text, "s.json"); }); }
+std::string json_error(const std::string& text) { return error_of([&] { (void)decode_strategy_json(text, "s.json"); }); }
 
 }  // namespace
 
@@ -266,7 +266,7 @@ RC_GTEST_PROP(strategy_roundtrip, protobuf_drops_only_the_tensor_shape, ()) {
 TEST(strategy_malformed, every_truncation_of_the_golden_is_an_error) {
   const auto full = from_hex(golden_map);
   for (std::size_t n = 0; n < full.size(); ++n) {
-    const auto msg = error_message([&] { (void)decode_strategy_protobuf(std::span(full).first(n), "/d/s.ckpt"); });
+    const auto msg = error_of([&] { (void)decode_strategy_protobuf(std::span(full).first(n), "/d/s.ckpt"); });
     EXPECT_EQ(msg.rfind("strategy: /d/s.ckpt: ", 0), 0u) << "prefix " << n << ": " << msg;
   }
 }

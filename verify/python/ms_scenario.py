@@ -46,7 +46,7 @@ ST_NAME = {"Float32": "F32", "Float16": "F16", "Float64": "F64", "BFloat16": "BF
 
 
 # ------------------------------------------------------------------------------------------------
-# MindSpore's slicing, from shared/spec/mindspore.md section 1
+# MindSpore's slicing, from docs/formats.md#1-layouts
 
 def L(dev, tmap, opt=(0, 0), split=(), stage=0):
     """A layout: device matrix, tensor map (ints or lists, counted from the right), optimizer
@@ -238,13 +238,7 @@ def _write_strategy(path, layouts, mods, json_form, stage=0):
 
 
 def _value(mods, name, ttype, dims, content):
-    cp = mods.checkpoint.Checkpoint()
-    v = cp.value.add()
-    v.tag = name
-    v.tensor.dims.extend(dims)
-    v.tensor.tensor_type = ttype
-    v.tensor.tensor_content = content
-    return cp.SerializeToString()
+    return ms_files._value_bytes(mods.checkpoint, name, ttype, dims, content)
 
 
 def _absent(mods, rank, kind):

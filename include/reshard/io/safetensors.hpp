@@ -1,5 +1,5 @@
 // reshard/io/safetensors.hpp: safetensors files as MindSpore writes them (see
-// shared/spec/mindspore.md §4).
+// docs/formats.md#4-safetensors-files).
 //
 // Format: 8-byte little-endian header length N, N bytes of JSON
 // `{"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,

@@ -1,4 +1,5 @@
-// reshard/io/strategy.hpp: MindSpore parallel strategy files (see shared/spec/mindspore.md §1-2).
+// reshard/io/strategy.hpp: MindSpore parallel strategy files (see docs/formats.md#2-strategy-files
+// and, for the layouts they hold, docs/formats.md#1-layouts).
 //
 // Two encodings, chosen by the file name: a `.json` suffix is JSON, anything else is protobuf
 // (`mindspore.straspb.ParallelStrategyMap`, proto2). strategy_file mirrors the file: node

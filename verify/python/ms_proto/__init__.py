@@ -1,6 +1,6 @@
 """MindSpore message definitions for reshard's cross-checks.
 
-The .proto files beside this module were written from shared/spec/mindspore.md. load() runs
+The .proto files beside this module were written from docs/formats.md. load() runs
 `protoc --python_out` on them into a fresh temporary directory (removed at exit) and imports the
 generated modules; no generated code is kept in the repository.
 """
