@@ -17,6 +17,14 @@ import re
 import sys
 
 
+def write_json(path, meta, results):
+    """Writes {"meta": meta, "results": results} to `path` atomically (a temporary, then rename)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+    os.replace(tmp, path)
+
+
 def load(paths):
     """{run name without /real_time: {aggregate: entry}} and the contexts."""
     runs, contexts = {}, []
