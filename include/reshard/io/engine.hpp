@@ -206,24 +206,11 @@ inline void copy_from_pieces(std::span<const std::span<const std::byte>> pieces,
   }
 }
 
-// Source ranges smaller than this are not released one by one: each release is a page-table
-// change (a TLB flush: about 100 us on some virtual machines, 30 a file when every tensor did it).
-// Their pages are released with the rest of their file's: when no target needs the file any
-// more, or, oldest first, when the files holding unreleased pages exceed resident_budget.
-inline constexpr std::uint64_t release_threshold = std::uint64_t{1} << 20;
-inline constexpr std::uint64_t resident_budget = std::uint64_t{32} << 20;
-
-// Releases the pages of bytes [lo, hi) of a content split into `pieces`, in a file mapped at
-// `file`.
-inline void release_content(const tensor_ref& t, std::uint64_t lo, std::uint64_t hi,
-                            std::span<const std::byte> file) noexcept {
-  std::uint64_t at = 0;
-  for (auto p : t.pieces) {
-    const std::uint64_t b = std::max(lo, at), e = std::min(hi, at + p.size());
-    if (b < e) release_pages(p.subspan(static_cast<std::size_t>(b - at), static_cast<std::size_t>(e - b)), file);
-    at += p.size();
-  }
-}
+// Each release of source pages is a page-table change (a TLB flush: about 100 us on some virtual
+// machines, 30 a file when every tensor released its own range). So the ranges a job reads are
+// not released one by one: each source file keeps the span it was read in, and the spans are
+// released when no target needs the file any more or, oldest first, when the pages they may
+// hold exceed the job's budget (jobs * buffer_bytes): the memory bound stays, the calls drop.
 
 // Where one target stage of a parameter lives: its layout, its partition, and the plan from the
 // source layout (none when the source strategy does not list the parameter).
@@ -909,48 +896,60 @@ class transform_job {
 
   const checkpoint_reader& open_const(index_t r) const { return *readers_.at(r); }
 
-  // Releases a source range now if it is large; otherwise counts it against its file.
-  void release_range(index_t r, std::span<const std::byte> range, std::span<const std::byte> file) {
-    if (range.size() >= detail::release_threshold)
-      release_pages(range, file);
-    else
-      uses_.at(r).unreleased += range.size();
+  // Source rank r's file was read in `range`: its span grows to cover it, and the oldest spans
+  // are released while the pages they may hold (the span, plus the kernel's fault-around, at most
+  // the file) exceed the budget.
+  void touched(index_t r, std::span<const std::byte> range, std::span<const std::byte> file) {
+    if (range.empty()) return;
+    std::vector<std::pair<std::span<const std::byte>, std::span<const std::byte>>> now;  // (span, file)
+    {
+      const std::lock_guard<std::mutex> lock(*resident_mutex_);
+      reader_use& u = uses_.at(r);
+      const std::byte* lo = range.data();
+      const std::byte* hi = range.data() + range.size();
+      if (u.lo) lo = std::min(lo, u.lo), hi = std::max(hi, u.hi);
+      u.lo = lo;
+      u.hi = hi;
+      u.file = file;
+      const auto pages = std::min<std::uint64_t>(file.size(), static_cast<std::uint64_t>(hi - lo) + detail::fault_around_window);
+      resident_ += pages - u.held;
+      u.held = pages;
+      if (!u.queued) {
+        queue_.push_back(r);
+        u.queued = true;
+      }
+      const std::uint64_t budget = std::uint64_t{thread_count(threads())} * std::max<std::uint64_t>(opts_.buffer_bytes, 1);
+      while (resident_ > budget && !queue_.empty()) {
+        const index_t k = queue_.front();
+        queue_.pop_front();
+        take(uses_.at(k), now);
+      }
+    }
+    for (const auto& [span, f] : now) release_pages(span, f);
   }
 
-  // A target is done with the sources `used`: each is released when no target needs it any more;
-  // the others wait in a queue, the oldest released first while the pages they may hold (what
-  // was read, plus the kernel's fault-around, at most the file) exceed detail::resident_budget.
+  // A target is done with the sources `used`: each is released when no target needs it any more.
   void retire(const std::set<index_t>& used) {
-    std::vector<index_t> now;
+    std::vector<std::pair<std::span<const std::byte>, std::span<const std::byte>>> now;
     {
       const std::lock_guard<std::mutex> lock(*resident_mutex_);
       for (index_t r : used) {
         reader_use& u = uses_.at(r);
-        const std::uint64_t read = u.unreleased.exchange(0);
-        if (--u.targets == 0) {
-          if (u.held > 0 || read > 0) now.push_back(r);
-          resident_ -= u.held;
-          u.held = 0;
-          continue;
-        }
-        if (read == 0) continue;
-        const std::uint64_t grown = std::min<std::uint64_t>(
-            open_const(r).file_size(), u.held + read + (u.held == 0 ? detail::fault_around_window : 0));
-        if (u.held == 0) queue_.push_back(r);
-        resident_ += grown - u.held;
-        u.held = grown;
-      }
-      while (resident_ > detail::resident_budget && !queue_.empty()) {
-        const index_t r = queue_.front();
-        queue_.pop_front();
-        reader_use& u = uses_.at(r);
-        if (u.held == 0) continue;  // released since it was queued
-        resident_ -= u.held;
-        u.held = 0;
-        now.push_back(r);
+        if (--u.targets == 0) take(u, now);
       }
     }
-    for (index_t r : now) open_const(r).release_all();
+    for (const auto& [span, f] : now) release_pages(span, f);
+  }
+
+  // Takes u's span out of the budget, to be released (resident_mutex_ held).
+  struct reader_use;
+  void take(reader_use& u, std::vector<std::pair<std::span<const std::byte>, std::span<const std::byte>>>& now) {
+    u.queued = false;  // a stale entry in queue_ finds nothing to take
+    if (!u.lo) return;
+    now.push_back({std::span<const std::byte>(u.lo, static_cast<std::size_t>(u.hi - u.lo)), u.file});
+    resident_ -= u.held;
+    u.held = 0;
+    u.lo = u.hi = nullptr;
   }
 
   void report(index_t rank, std::string_view name, std::uint64_t bytes, bool file_done) {
@@ -972,7 +971,7 @@ class transform_job {
     }
     s.bytes_read += e.content_size();
     const auto file = open_const(it.base).bytes();
-    for (auto p : e.pieces) release_range(it.base, p, file);
+    for (auto p : e.pieces) touched(it.base, p, file);
   }
 
   void write_sliced(sink& out, const out_item& it, index_t t, std::vector<std::byte>& buffer, std::set<index_t>& used,
@@ -1021,7 +1020,7 @@ class transform_job {
         if (j.dims == 0 && lo + j.run <= v.starts[k] + v.e->pieces[k].size()) {
           const auto span = v.e->pieces[k].subspan(static_cast<std::size_t>(lo - v.starts[k]), j.run);
           out.append(span);
-          release_range(v.rank, span, v.file);
+          touched(v.rank, span, v.file);
           s.bytes_read += bytes;
           return;
         }
@@ -1053,12 +1052,8 @@ class transform_job {
         }
       }
       reshard::detail::run_jobs(jobs, 1);
-      for (const auto& r : read) {
-        if (r.hi - r.lo >= detail::release_threshold)
-          release_content(*r.v->e, r.lo, r.hi, r.v->file);
-        else
-          uses_.at(r.v->rank).unreleased += r.hi - r.lo;
-      }
+      for (const auto& r : read)  // the span of the content that was read (one mapping)
+        touched(r.v->rank, std::span<const std::byte>(r.v->e->pieces.front().data() + r.lo, r.hi - r.lo), r.v->file);
       out.append(buffer);
     });
     out.end();
@@ -1077,14 +1072,17 @@ class transform_job {
   index_t M_ = 1, N_ = 1;
   std::map<index_t, std::unique_ptr<checkpoint_reader>> readers_;
   // per source file read: the targets that still read it, and the bytes read but not released
-  struct reader_use {
-    std::int64_t targets = 0;                  // targets still to read it (resident_mutex_)
-    std::uint64_t held = 0;                    // pages it may hold, counted in resident_ (idem)
-    std::atomic<std::uint64_t> unreleased{0};  // bytes read since its last release
+  struct reader_use {  // all under resident_mutex_
+    std::int64_t targets = 0;               // targets still to read it
+    const std::byte* lo = nullptr;          // the span read since its last release
+    const std::byte* hi = nullptr;
+    std::span<const std::byte> file;        // its mapping
+    std::uint64_t held = 0;                 // pages the span may hold, counted in resident_
+    bool queued = false;                    // in queue_
   };
   std::map<index_t, reader_use> uses_;
   std::unique_ptr<std::mutex> resident_mutex_ = std::make_unique<std::mutex>();
-  std::deque<index_t> queue_;       // sources holding pages, oldest first
+  std::deque<index_t> queue_;       // sources holding spans, oldest first
   std::uint64_t resident_ = 0;      // the sum of their `held`
   std::map<std::string, param_info, std::less<>> params_;
   std::vector<std::string> warnings_;
