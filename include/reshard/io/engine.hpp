@@ -16,9 +16,10 @@
 //
 // Memory: source files are memory-mapped, never read whole. A target tensor is assembled in
 // chunks of at most `buffer_bytes` (contiguous row ranges of the target slice), each filled
-// from the mapped source pieces its transfers name and streamed to the output; the source pages
-// a chunk touched are then released (madvise MADV_DONTNEED), so the peak resident memory is
-// about jobs * (buffer_bytes + the source rows of one chunk), whatever the checkpoint sizes.
+// from the mapped source pieces its transfers name and streamed to the output. The source pages
+// read are released (madvise MADV_DONTNEED) when no target needs their file any more, or, oldest
+// first, when the spans read exceed jobs * buffer_bytes; so the peak resident memory is about
+// jobs * 2 * buffer_bytes beside the file indexes, whatever the checkpoint sizes.
 // A chunk that is one contiguous run of one source tensor is written straight from the mapping.
 //
 // Cost: file-system calls are O(M + N) (one stat per source and per output, one listing per
