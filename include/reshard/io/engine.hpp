@@ -236,7 +236,7 @@ struct param_info {
   std::string type_file;
   std::optional<layout> src;  // listed in the source strategy: its layout (lowest stage)
   std::vector<target_plan> dst;        // per target stage
-  std::optional<partition> src_part;   // of src, tabulated: each source rank's box
+  std::optional<partition> src_part;   // of src, arithmetic: each source rank's box, no O(M) tables
   std::optional<rank_planner> whole;   // listed in the source strategy only: src -> whole_on_targets
   std::set<index_t> checked;  // source ranks whose entry was checked
 };
@@ -565,7 +565,7 @@ class transform_job {
                                             shape_file + ")");
       }
       p.src = to_layout(s.stored, p.shape, s.stage, who_src(p.name));
-      p.src_part.emplace(*p.src);
+      p.src_part.emplace(*p.src, partition::mode::arithmetic);
     } else {
       // not listed in the source strategy: every source rank holds it whole; take the shape
       // from the first base file that has it
