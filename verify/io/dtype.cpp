@@ -86,6 +86,9 @@ TEST(dtype, element_count_and_byte_size) {
   EXPECT_FALSE(byte_size(dtype::int16, std::vector<std::int64_t>{big}));
   EXPECT_EQ(byte_size(dtype::float64, std::vector<std::int64_t>{3, 2}), 48u);
   EXPECT_EQ(byte_size(dtype::int4, std::vector<std::int64_t>{4, 2}), 8u);
+  // Regression (CI, seed 14969752058116688217): this product is 9223492668069847440, just past
+  // 2^63 - 1, and must be refused rather than returned.
+  EXPECT_FALSE(element_count(std::vector<std::int64_t>{39092, 62124, 58955, 64421}));
 }
 
 RC_GTEST_PROP(dtype, byte_size_is_the_product_when_it_fits, ()) {
@@ -94,8 +97,12 @@ RC_GTEST_PROP(dtype, byte_size_is_the_product_when_it_fits, ()) {
   const auto t = *rc::gen::elementOf(all_dtypes);
   std::vector<std::int64_t> shape(dims.begin(), dims.end());
   std::uint64_t n = 1;
-  for (auto d : dims) n *= d;  // < 2^64 for four 16-bit factors
-  RC_ASSERT(element_count(shape) == n);
+  for (auto d : dims) n *= d;  // < 2^64 for four 16-bit factors, but not always < 2^63
+  constexpr auto int64_max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  if (n <= int64_max)
+    RC_ASSERT(element_count(shape) == n);
+  else
+    RC_ASSERT(!element_count(shape));  // four 16-bit factors can pass 2^63 - 1
   if (n <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / element_size(t))
     RC_ASSERT(byte_size(t, shape) == n * element_size(t));
   else
