@@ -62,8 +62,9 @@ inline process_group launcher_environment() {
 /// Options every checkpoint-writing subcommand takes.
 struct transform_flags {
   std::string format = "ckpt";
-  unsigned jobs = 1;
-  bool force = false, crc = false, no_verify_crc = false, progress = false, json = false;
+  unsigned jobs = 0;  // auto: io::transform_options::jobs, shared among the processes on this machine
+  std::string read_mode = "auto";
+  bool force = false, crc = false, no_verify_crc = false, no_sync = false, progress = false, json = false;
 };
 
 inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_format, bool with_jobs) {
@@ -71,10 +72,19 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
     sub->add_option("--format", f.format, "format of the files written: ckpt (default) or safetensors")
         ->check(CLI::IsMember({"ckpt", "safetensors"}));
   if (with_jobs)
-    sub->add_option("--jobs,-j", f.jobs, "target files written in parallel (default 1; 0 = one per core)");
+    sub->add_option("--jobs,-j", f.jobs,
+                    "target files written in parallel (default 0: one per core, at most one per target file; "
+                    "under mpirun the cores are shared among the processes on the machine)");
   sub->add_flag("--force", f.force, "replace existing output files");
   sub->add_flag("--crc", f.crc, "end every ckpt file written with MindSpore's crc_num trailer");
   sub->add_flag("--no-verify-crc", f.no_verify_crc, "do not check the crc_num trailers of the source files");
+  sub->add_option("--read-mode", f.read_mode,
+                  "how source tensors are read: pread (system calls into a bounded buffer), mmap (memory "
+                  "mappings), or auto (the default: pread)")
+      ->check(CLI::IsMember({"auto", "mmap", "pread"}));
+  sub->add_flag("--no-sync", f.no_sync,
+                "do not fsync the outputs (scratch outputs only: after a power cut or an OS crash an output "
+                "may be empty or torn under its final name)");
   sub->add_flag("--progress", f.progress, "show a progress bar on stderr (the default when stderr is a terminal)");
   sub->add_flag("--json", f.json, "print the summary as JSON");
 }
@@ -122,9 +132,20 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   io::transform_options o;
   o.format = f.format == "safetensors" ? io::checkpoint_format::safetensors : io::checkpoint_format::ckpt;
   o.jobs = f.jobs;
+  if (o.jobs == 0 && processes().launched) {  // K processes on this machine: the cores shared
+    int local = processes().size;
+    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+      if (const char* v = std::getenv(name); v && std::atoi(v) > 0) {
+        local = std::atoi(v);
+        break;
+      }
+    o.jobs = std::max(1u, reshard::thread_count(0) / static_cast<unsigned>(std::max(local, 1)));
+  }
   o.force = f.force;
   o.crc = f.crc;
   o.verify_crc = !f.no_verify_crc;
+  o.sync = !f.no_sync;
+  o.reads = f.read_mode == "mmap" ? io::read_mode::mmap : f.read_mode == "pread" ? io::read_mode::pread : io::read_mode::automatic;
   if (f.progress || ::isatty(STDERR_FILENO)) {
     auto bar = std::make_shared<progress_bar>();
     o.progress = [bar](const io::transform_progress& p) { (*bar)(p); };
@@ -160,6 +181,9 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
     j["seconds"] = s.seconds;
     j["throughput_bytes_per_second"] = s.throughput();
     j["peak_rss_bytes"] = s.peak_rss_bytes;
+    j["jobs"] = s.jobs;
+    j["synced"] = s.synced;
+    j["read_mode"] = io::to_string(s.reads);
     j["warnings"] = s.warnings;
     if (shares) j["processes"] = *shares;
     print_json(std::cout, j);
@@ -175,6 +199,8 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
             << format_bytes(static_cast<double>(s.bytes_read)) << '\n'
             << "  bytes written   " << format_bytes(static_cast<double>(s.bytes_written)) << '\n'
             << "  time            " << time << ", " << progress_bar::short_bytes(s.throughput()) << "/s written\n"
+            << "  jobs            " << s.jobs << (s.jobs == 1 ? " target file at a time" : " target files at a time")
+            << ", reads by " << io::to_string(s.reads) << (s.synced ? "" : ", outputs not fsynced (--no-sync)") << '\n'
             << "  peak memory     " << format_bytes(static_cast<double>(s.peak_rss_bytes))
             << (shares ? " (resident set of the largest process)\n" : " (resident set of the process)\n");
   if (shares) {

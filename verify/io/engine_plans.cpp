@@ -267,7 +267,10 @@ RC_GTEST_PROP(engine_plans, outputs_are_convert_of_the_round_robin_plan, ()) {
   write(dir.path(), s);
   const transform_summary sum =
       transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
-                            {.jobs = *rc::gen::inRange(1u, 3u), .buffer_bytes = *rc::gen::elementOf(std::vector<std::uint64_t>{64, 4 << 20})});
+                            {.jobs = *rc::gen::inRange(1u, 3u),
+                             .sync = *rc::gen::arbitrary<bool>(),
+                             .buffer_bytes = *rc::gen::elementOf(std::vector<std::uint64_t>{64, 4 << 20}),
+                             .reads = *rc::gen::element(read_mode::mmap, read_mode::pread)});
   RC_ASSERT(sum.files == static_cast<std::size_t>(s.N()));
   for (index_t t = 0; t < s.N(); ++t) {
     const fs::path f = rank_checkpoint_path(dir / "out", "c_", t, checkpoint_format::ckpt);

@@ -4,6 +4,7 @@
 #include "io_test_util.hpp"
 
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
 #include <cstring>
 #include <string>
@@ -75,6 +76,54 @@ TEST(atomic_file_writer, commit_publishes_all_bytes) {
   EXPECT_EQ(bytes[3 + 12345], std::byte{0x5a});
   EXPECT_EQ(to_hex(std::span(bytes).last(3)), "78797a");
   EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"});  // no temporary left
+}
+
+// Writes of any sizes (around the 1 MiB buffer), under every durability mode, publish exactly
+// their concatenation, and the writer copies what it buffers.
+RC_GTEST_PROP(atomic_file_writer, writes_publish_their_concatenation_in_every_durability_mode, ()) {
+  const auto mode = *rc::gen::element(durability::sync, durability::deferred, durability::none);
+  const auto sizes = *rc::gen::container<std::vector<std::size_t>>(
+      *rc::gen::inRange<std::size_t>(0, 40),
+      rc::gen::weightedOneOf<std::size_t>(
+          {{12, rc::gen::inRange<std::size_t>(0, 2048)},
+           {6, rc::gen::inRange<std::size_t>(1000, 70000)},
+           {1, rc::gen::element<std::size_t>((1u << 20) - 1, 1u << 20, (1u << 20) + 1, 9u << 20)}}));
+  std::size_t total = 0;
+  for (auto n : sizes) total += n;
+  std::vector<std::byte> expect(total);
+  for (std::size_t i = 0; i < total; ++i) expect[i] = static_cast<std::byte>((i * 131 + i / 251) & 0xFF);
+  temp_dir dir;
+  {
+    atomic_file_writer w(dir / "out.bin", false, "test", mode);
+    RC_ASSERT(w.durability_mode() == mode);
+    std::vector<std::byte> scratch;
+    std::size_t at = 0;
+    for (auto n : sizes) {
+      scratch.assign(expect.begin() + static_cast<std::ptrdiff_t>(at), expect.begin() + static_cast<std::ptrdiff_t>(at + n));
+      w.write(scratch);
+      std::fill(scratch.begin(), scratch.end(), std::byte{0xEE});  // the writer must have copied
+      at += n;
+    }
+    RC_ASSERT(w.size() == total);
+    w.commit();
+  }
+  RC_ASSERT(read_bytes(dir / "out.bin") == expect);
+  RC_ASSERT(dir.files() == std::vector<std::string>{"out.bin"});
+}
+
+TEST(atomic_file_writer, sync_files_fsyncs_and_names_a_missing_file) {
+  temp_dir dir;
+  std::vector<fs::path> files;
+  for (int i = 0; i < 20; ++i) {
+    files.push_back(dir / ("f" + std::to_string(i)));
+    atomic_file_writer w(files.back(), false, "test", durability::deferred);
+    w.write(std::string_view("data"));
+    w.commit();
+  }
+  sync_files(files, 8, "sync");  // no error
+  files.push_back(dir / "missing");
+  EXPECT_TRUE(throws_error([&] { sync_files(files, 8, "transform"); },
+                           {"transform: ", (dir / "missing").string(), "cannot open to fsync", "No such file"}));
 }
 
 TEST(atomic_file_writer, uncommitted_writer_leaves_nothing) {

@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -197,6 +198,38 @@ class checkpoint_reader {
   /// Releases every resident page of the mapping (the data stay readable).
   void release_all() const noexcept { detail::release_pages(bytes()); }
 
+  /// The file offset of a byte of the mapping (of an entry's pieces).
+  std::uint64_t offset_of(const std::byte* p) const noexcept {
+    return static_cast<std::uint64_t>(p - (ckpt_ ? ckpt_->bytes() : st_->file_bytes()).data());
+  }
+
+  /// Reads `out.size()` bytes at file offset `offset` with pread(2) (the page tables unchanged:
+  /// on network filesystems and on machines where page faults are dear, faster than reading the
+  /// mapping). The descriptor is opened on first use and kept until close_for_reads().
+  void pread_into(std::span<std::byte> out, std::uint64_t offset) const {
+    const int fd = read_fd();
+    while (!out.empty()) {
+      const ::ssize_t n = ::pread(fd, out.data(), out.size(), static_cast<::off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        detail::report_errno("checkpoint", path(), "cannot read", errno);
+      }
+      if (n == 0)
+        report_error("checkpoint: " + path().string() + ": the file ended at byte " + std::to_string(offset) +
+                     " (changed while being read?)");
+      out = out.subspan(static_cast<std::size_t>(n));
+      offset += static_cast<std::uint64_t>(n);
+    }
+  }
+  /// Closes the descriptor pread_into() opened (reopened if read again).
+  void close_for_reads() const noexcept {
+    const std::lock_guard<std::mutex> lock(*fd_mutex_);
+    detail::close_fd(fd_);
+  }
+  ~checkpoint_reader() { close_for_reads(); }
+  checkpoint_reader(checkpoint_reader&&) = delete;
+  checkpoint_reader& operator=(checkpoint_reader&&) = delete;
+
  private:
   const std::filesystem::path& path_ref() const noexcept { return ckpt_ ? ckpt_->path() : st_->path(); }
   std::span<const std::byte> data_section_st() const noexcept {
@@ -213,6 +246,16 @@ class checkpoint_reader {
     return lo ? std::span<const std::byte>(lo, static_cast<std::size_t>(hi - lo)) : std::span<const std::byte>{};
   }
 
+  int read_fd() const {
+    const std::lock_guard<std::mutex> lock(*fd_mutex_);
+    if (fd_ < 0) {
+      fd_ = ::open(path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd_ < 0) detail::report_errno("checkpoint", path(), "cannot open for reading", errno);
+      ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint: larger read-ahead
+    }
+    return fd_;
+  }
+
   checkpoint_format format_;
   std::optional<ckpt_file> ckpt_;
   std::optional<safetensors_file> st_;
@@ -220,6 +263,8 @@ class checkpoint_reader {
   std::unordered_map<std::string, std::size_t> by_name_;
   std::uint64_t file_size_ = 0;
   std::span<const std::byte> st_bytes_;  // safetensors: data_section_st()
+  mutable int fd_ = -1;                  // for pread_into, opened on first use
+  std::unique_ptr<std::mutex> fd_mutex_ = std::make_unique<std::mutex>();
 };
 
 }  // namespace reshard::io

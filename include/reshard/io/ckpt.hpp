@@ -369,6 +369,7 @@ struct ckpt_write_options {
   bool crc = false;                          ///< append the crc_num trailer
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;  ///< contents over this are split into pieces
   bool overwrite = false;                    ///< replace an existing destination
+  io::durability durability = io::durability::sync;  ///< when the bytes reach the disk (mapped_file.hpp)
 };
 
 /// Writes a checkpoint atomically: nothing appears at `path` until commit() succeeds.
@@ -381,7 +382,7 @@ struct ckpt_write_options {
 class ckpt_writer {
  public:
   explicit ckpt_writer(std::filesystem::path path, ckpt_write_options opts = {})
-      : out_(std::move(path), opts.overwrite, "ckpt"), opts_(opts) {
+      : out_(std::move(path), opts.overwrite, "ckpt", opts.durability), opts_(opts) {
     if (opts_.chunk_bytes == 0) report_error("ckpt: " + out_.destination().string() + ": chunk_bytes must be positive");
   }
 

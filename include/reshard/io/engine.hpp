@@ -16,11 +16,16 @@
 //
 // Memory: source files are memory-mapped, never read whole. A target tensor is assembled in
 // chunks of at most `buffer_bytes` (contiguous row ranges of the target slice), each filled
-// from the mapped source pieces its transfers name and streamed to the output. The source pages
+// from the source pieces its transfers name and streamed to the output. read_mode::pread (the
+// default) fills a chunk with pread(2) (each source range at once, into a scratch buffer of at
+// most 4 chunks, or run by run); read_mode::mmap copies from the mappings, and the source pages
 // read are released (madvise MADV_DONTNEED) when no target needs their file any more, or, oldest
-// first, when the spans read exceed jobs * buffer_bytes; so the peak resident memory is about
-// jobs * 2 * buffer_bytes beside the file indexes, whatever the checkpoint sizes.
-// A chunk that is one contiguous run of one source tensor is written straight from the mapping.
+// first, when the spans read exceed jobs * buffer_bytes. Either way the peak resident memory is a
+// few buffers per job beside the file indexes, whatever the checkpoint sizes.
+//
+// Durability: the staged files are written with their write-back started as they grow, fsynced
+// together (8 at a time) when all are written, then renamed into place, and the directories
+// fsynced (transform_options::sync; without it nothing is fsynced).
 //
 // Cost: file-system calls are O(M + N) (one stat per source and per output, one listing per
 // rank directory); planning is O(M + N) per parameter and stage, then O(pieces) per target.
@@ -93,16 +98,35 @@ struct transform_progress {
   std::size_t files_total = 0;
 };
 
+/// How the engine reads the source tensors.
+enum class read_mode : std::uint8_t {
+  automatic,  ///< the default: pread (see docs/cli.md, "Reading and writing", for the measurements)
+  mmap,       ///< from read-only memory mappings (page faults; the pages released within the budget)
+  pread,      ///< pread(2) into the chunk buffer: no page-table changes, the way for network filesystems
+};
+
+constexpr std::string_view to_string(read_mode m) noexcept {
+  return m == read_mode::mmap ? "mmap" : m == read_mode::pread ? "pread" : "auto";
+}
+
 struct transform_options {
   /// Format of the files transform_checkpoints / split_checkpoint write (the by-file functions
   /// follow the output file's name: ".safetensors" or not).
   checkpoint_format format = checkpoint_format::ckpt;
-  unsigned jobs = 1;          ///< target files written in parallel (0 = hardware concurrency)
+  /// Target files written in parallel; 0 (the default): one per core, at most one per target
+  /// file. The summary reports the number used.
+  unsigned jobs = 0;
   bool force = false;         ///< replace existing output files
+  /// Make the outputs durable before they appear: write-back starts while they are written, and
+  /// all are fsynced together (in parallel) before the renames into place. false: no fsync at
+  /// all, for scratch outputs; after a power cut or an OS crash an output may then be empty or
+  /// torn under its final name (a killed process still leaves none).
+  bool sync = true;
   bool crc = false;           ///< append MindSpore's crc_num trailer to ckpt outputs
   bool verify_crc = true;     ///< check the crc_num trailer of every source file read
   std::uint64_t buffer_bytes = std::uint64_t{4} << 20;  ///< most bytes a worker assembles at once
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;           ///< piece size of written ckpt tensors
+  read_mode reads = read_mode::automatic;  ///< how source tensors are read
   std::function<void(const transform_progress&)> progress{};  ///< called as parameters are written
 };
 
@@ -117,6 +141,9 @@ struct transform_summary {
   std::uint64_t bytes_written = 0;    ///< bytes of the files written
   double seconds = 0;                 ///< wall time
   std::uint64_t peak_rss_bytes = 0;   ///< the process's peak resident memory (getrusage)
+  unsigned jobs = 1;                  ///< target files written in parallel
+  read_mode reads = read_mode::pread;  ///< how the source tensors were read
+  bool synced = true;                 ///< the outputs were fsynced (transform_options::sync)
   std::vector<std::filesystem::path> outputs;  ///< the files written, by target rank
   std::vector<std::string> warnings;  ///< things done that the caller may not expect
 
@@ -191,20 +218,30 @@ inline std::size_t piece_of(std::span<const std::uint64_t> starts, std::uint64_t
   return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), offset) - starts.begin()) - 1;
 }
 
-// Copies `len` bytes at `offset` of a content split into `pieces` into `out`.
-inline void copy_from_pieces(std::span<const std::span<const std::byte>> pieces,
-                             std::span<const std::uint64_t> starts, std::uint64_t offset, std::byte* out,
-                             std::uint64_t len) {
+// Calls f(span) for the stored bytes of [offset, offset + len) of a content split into
+// `pieces`, in order (one span per piece the range meets).
+template <class F>
+void for_each_stored(std::span<const std::span<const std::byte>> pieces, std::span<const std::uint64_t> starts,
+                     std::uint64_t offset, std::uint64_t len, F&& f) {
   std::size_t k = piece_of(starts, offset);
   while (len > 0) {
     const std::uint64_t in = offset - starts[k];
     const std::uint64_t n = std::min<std::uint64_t>(len, pieces[k].size() - in);
-    std::memcpy(out, pieces[k].data() + in, static_cast<std::size_t>(n));
-    out += n;
+    f(pieces[k].subspan(static_cast<std::size_t>(in), static_cast<std::size_t>(n)));
     offset += n;
     len -= n;
     ++k;
   }
+}
+
+// Copies `len` bytes at `offset` of a content split into `pieces` into `out`.
+inline void copy_from_pieces(std::span<const std::span<const std::byte>> pieces,
+                             std::span<const std::uint64_t> starts, std::uint64_t offset, std::byte* out,
+                             std::uint64_t len) {
+  for_each_stored(pieces, starts, offset, len, [&](std::span<const std::byte> b) {
+    std::memcpy(out, b.data(), b.size());
+    out += b.size();
+  });
 }
 
 // Each release of source pages is a page-table change (a TLB flush: about 100 us on some virtual
@@ -262,7 +299,8 @@ struct transform_target {
 /// each parameter its plan (rank_planner: one planner, one replica policy) with convert's copy
 /// jobs (one copy engine). Three steps, each all or nothing:
 ///   check()    every check that needs no tensor data; nothing is written
-///   stage()    every target written in full as `<file>.reshard-<pid>.part`
+///   stage()    every target written in full as `<file>.reshard-<pid>.part`, all fsynced
+///              together at the end (write-back starts while they are written)
 ///   commit()   the staged files renamed into place, their directories fsynced
 /// run() does the three. A job destroyed before commit() removes what it staged and the
 /// directories it created. Callers that must agree with others between steps (MPI) call them
@@ -322,10 +360,17 @@ class transform_job {
     checked_ = true;
   }
 
-  /// Step 2: writes every target file in full, staged under a temporary name.
+  /// Step 2: writes every target file in full, staged under a temporary name, and (`sync`)
+  /// makes them durable.
   void stage() {
     RESHARD_EXPECTS(checked_ && !staged_, "transform_job: stage() before check(), or twice");
     summary_ = write_all();
+    if (opts_.sync) {
+      std::vector<std::filesystem::path> parts;
+      parts.reserve(stage_.size());
+      for (const auto& st : stage_) parts.push_back(st.part);
+      sync_files(parts, fsync_threads, op_);
+    }
     staged_ = true;
   }
 
@@ -340,6 +385,9 @@ class transform_job {
     s.warnings = std::move(warnings_);
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     s.peak_rss_bytes = peak_rss_bytes();
+    s.jobs = threads();
+    s.reads = reads();
+    s.synced = opts_.sync;
     return s;
   }
 
@@ -738,7 +786,18 @@ class transform_job {
     reshard::parallel_for(list.size(), threads(), [&](std::size_t i) { list[i]->verify_crc(); });
   }
 
-  unsigned threads() const { return opts_.jobs; }
+  // The jobs asked for, or (0) one per core and at most one per target file.
+  unsigned threads() const {
+    if (opts_.jobs != 0) return opts_.jobs;
+    return static_cast<unsigned>(std::clamp<std::size_t>(targets_.size(), 1, reshard::thread_count(0)));
+  }
+
+  read_mode reads() const noexcept { return opts_.reads == read_mode::mmap ? read_mode::mmap : read_mode::pread; }
+
+  // Staged files are written with their write-back started, and fsynced together in stage().
+  io::durability durability() const noexcept { return opts_.sync ? io::durability::deferred : io::durability::none; }
+  // fsyncs in flight at once: waits on the disk, not work for the cores.
+  static constexpr unsigned fsync_threads = 8;
 
   // -- phase 2: writing
   struct sink {
@@ -830,9 +889,11 @@ class transform_job {
       stage_[i].written = false;  // renamed: nothing to clean up
       summary_.outputs.push_back(stage_[i].final);
     }
-    created_dirs_.clear();  // they hold outputs now
-    std::set<std::filesystem::path> dirs;  // make the renames durable
+    std::set<std::filesystem::path> dirs;  // make the renames and the new directories durable
     for (const auto& st : stage_) dirs.insert(st.final.parent_path());
+    for (const auto& d : created_dirs_) dirs.insert(d.parent_path());
+    created_dirs_.clear();  // they hold outputs now
+    if (!opts_.sync) return;
     for (const auto& d : dirs) detail::fsync_directory(d);
   }
 
@@ -867,9 +928,12 @@ class transform_job {
         }
         infos.push_back({std::string(it.name()), it.p ? it.p->type : it.raw->type, std::move(shape)});
       }
-      out.st.emplace(part, std::move(infos), safetensors_write_options{.overwrite = true});
+      out.st.emplace(part, std::move(infos), safetensors_write_options{.overwrite = true, .durability = durability()});
     } else {
-      out.ckpt.emplace(part, ckpt_write_options{.crc = opts_.crc, .chunk_bytes = opts_.chunk_bytes, .overwrite = true});
+      out.ckpt.emplace(part, ckpt_write_options{.crc = opts_.crc,
+                                                .chunk_bytes = opts_.chunk_bytes,
+                                                .overwrite = true,
+                                                .durability = durability()});
     }
     std::vector<std::byte> buffer;
     std::set<index_t> used;
@@ -919,7 +983,7 @@ class transform_job {
         queue_.push_back(r);
         u.queued = true;
       }
-      const std::uint64_t budget = std::uint64_t{thread_count(threads())} * std::max<std::uint64_t>(opts_.buffer_bytes, 1);
+      const std::uint64_t budget = std::uint64_t{threads()} * std::max<std::uint64_t>(opts_.buffer_bytes, 1);
       while (resident_ > budget && !queue_.empty()) {
         const index_t k = queue_.front();
         queue_.pop_front();
@@ -936,7 +1000,10 @@ class transform_job {
       const std::lock_guard<std::mutex> lock(*resident_mutex_);
       for (index_t r : used) {
         reader_use& u = uses_.at(r);
-        if (--u.targets == 0) take(u, now);
+        if (--u.targets == 0) {
+          take(u, now);
+          readers_.at(r)->close_for_reads();
+        }
       }
     }
     for (const auto& [span, f] : now) release_pages(span, f);
@@ -999,66 +1066,104 @@ class transform_job {
       views.push_back(std::move(v));
     }
     std::vector<reshard::detail::copy_job> jobs;
-    struct source_range {
-      const src_view* v;
-      std::uint64_t lo, hi;
-    };
-    std::vector<source_range> read;
+    std::vector<const src_view*> job_view;  // the source of each job
+    std::vector<std::pair<const src_view*, std::span<const std::byte>>> read;
+    std::vector<std::byte> scratch;  // pread: a job's source range, when its runs are short
     for_each_chunk(tb.extent, elem, opts_.buffer_bytes, [&](const box& local) {
       box c = local;
       for (std::size_t i = 0; i < c.offset.size(); ++i) c.offset[i] += tb.offset[i];
       const std::uint64_t bytes = static_cast<std::uint64_t>(volume(c)) * elem;
-      // A chunk that is one run of one stored piece goes straight from the mapping to the file.
-      std::size_t meets = 0, only = 0;
-      for (std::size_t k = 0; k < pieces.size(); ++k)
-        if (volume(intersect(pieces[k].where, c)) > 0) ++meets, only = k;
-      if (meets == 1 && intersect(pieces[only].where, c) == c) {
-        const auto& v = views[only];
-        const std::byte* base = v.e->pieces.front().data();
-        const auto j = reshard::detail::make_copy_job(base, pieces[only].held, nullptr, c, c, elem);
-        const auto lo = static_cast<std::uint64_t>(j.src - base);
-        const std::size_t k = piece_of(v.starts, lo);
-        if (j.dims == 0 && lo + j.run <= v.starts[k] + v.e->pieces[k].size()) {
-          const auto span = v.e->pieces[k].subspan(static_cast<std::size_t>(lo - v.starts[k]), j.run);
-          out.append(span);
-          touched(v.rank, span, v.file);
-          s.bytes_read += bytes;
-          return;
-        }
-      }
-      // Otherwise the chunk is gathered in the buffer: one copy job (convert.hpp) per source
-      // piece it meets, read in place from the mapping.
+      // One copy job (convert.hpp) per source piece the chunk meets, from the source's mapping
+      // (offsets from the content's first stored piece; the others follow it) to the buffer.
       buffer.resize(static_cast<std::size_t>(bytes));
       jobs.clear();
+      job_view.clear();
       read.clear();
       for (std::size_t k = 0; k < pieces.size(); ++k) {
         const box in = intersect(pieces[k].where, c);
         if (volume(in) == 0) continue;
         const auto& v = views[k];
-        // offsets from the content's first stored piece; the others follow it in the mapping
         const std::byte* base = v.e->pieces.front().data();
-        reshard::detail::copy_job j =
-            reshard::detail::make_copy_job(base, pieces[k].held, buffer.data(), c, in, elem);
-        const auto lo = static_cast<std::uint64_t>(j.src - base), hi = lo + reshard::detail::source_span(j);
+        jobs.push_back(reshard::detail::make_copy_job(base, pieces[k].held, buffer.data(), c, in, elem));
+        job_view.push_back(&v);
+        const auto& j = jobs.back();
+        read.push_back({&v, std::span<const std::byte>(j.src, reshard::detail::source_span(j))});
         s.bytes_read += static_cast<std::uint64_t>(volume(in)) * elem;
-        read.push_back({&v, lo, hi});
+      }
+      const auto done = [&] {  // the spans of the contents that were read (one mapping each)
+        for (const auto& [v, range] : read) touched(v->rank, range, v->file);
+      };
+      if (reads() == read_mode::pread) {
+        for (std::size_t k = 0; k < jobs.size(); ++k) read_job(jobs[k], *job_view[k]->e, job_view[k]->starts,
+                                                              open_const(job_view[k]->rank), scratch);
+        out.append(buffer);
+        return;
+      }
+      // read_mode::mmap: the jobs gather the chunk in the buffer, read in place from the mappings.
+      std::size_t kept = 0;
+      for (std::size_t k = 0; k < jobs.size(); ++k) {
+        auto& j = jobs[k];
+        const auto& v = *job_view[k];
+        const std::byte* base = v.e->pieces.front().data();
+        const auto lo = static_cast<std::uint64_t>(j.src - base), hi = lo + reshard::detail::source_span(j);
         const std::size_t first = piece_of(v.starts, lo);
         if (hi <= v.starts[first] + v.e->pieces[first].size()) {  // inside one stored piece
           j.src = v.e->pieces[first].data() + (lo - v.starts[first]);
-          jobs.push_back(std::move(j));
+          if (kept != k) jobs[kept] = std::move(j);
+          ++kept;
         } else {  // across stored pieces: each run resolved through them
           reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
             copy_from_pieces(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), dst, n);
           });
         }
       }
+      jobs.resize(kept);
       reshard::detail::run_jobs(jobs, 1);
-      for (const auto& r : read)  // the span of the content that was read (one mapping)
-        touched(r.v->rank, std::span<const std::byte>(r.v->e->pieces.front().data() + r.lo, r.hi - r.lo), r.v->file);
       out.append(buffer);
+      done();
     });
     out.end();
     if (buffer.capacity() > opts_.buffer_bytes) std::vector<std::byte>().swap(buffer);
+  }
+
+  // read_mode::pread: does copy job j (its source pointers in e's mapping, its destination the
+  // chunk buffer) with pread(2). The job's source range is read at once into `scratch` and copied
+  // from there when it is at most 4 times the bytes needed (or 64 KiB): one system call per range,
+  // which measured faster than one per run even for 16 KiB runs (docs/benchmarks.md). A sparser
+  // range is read run by run, each into its place.
+  void read_job(reshard::detail::copy_job& j, const tensor_ref& e, const std::vector<std::uint64_t>& starts,
+                const checkpoint_reader& rd, std::vector<std::byte>& scratch) const {
+    const std::byte* base = e.pieces.front().data();  // content offsets are from here
+    const auto at = [&](std::uint64_t off) {            // the stored byte of content offset `off`
+      const std::size_t k = piece_of(starts, off);
+      return e.pieces[k].data() + (off - starts[k]);
+    };
+    const std::uint64_t lo = static_cast<std::uint64_t>(j.src - base);
+    const std::uint64_t span = reshard::detail::source_span(j);
+    const std::uint64_t need = static_cast<std::uint64_t>(j.outer) * j.run;
+    if (span > std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10)) {
+      reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
+        for_each_stored(e.pieces, starts, static_cast<std::uint64_t>(src - base), n, [&](std::span<const std::byte> b) {
+          rd.pread_into(std::span<std::byte>(dst, b.size()), rd.offset_of(b.data()));
+          dst += b.size();
+        });
+      });
+      return;
+    }
+    const std::uint64_t f_lo = rd.offset_of(at(lo)), f_hi = rd.offset_of(at(lo + span - 1)) + 1;
+    scratch.resize(static_cast<std::size_t>(f_hi - f_lo));
+    rd.pread_into(scratch, f_lo);
+    if (f_hi - f_lo == span) {  // inside one stored piece: the job runs from the scratch copy
+      j.src = scratch.data();
+      reshard::detail::for_each_run(j, [](const std::byte* src, std::byte* dst, std::size_t n) { std::memcpy(dst, src, n); });
+      return;
+    }
+    reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
+      for_each_stored(e.pieces, starts, static_cast<std::uint64_t>(src - base), n, [&](std::span<const std::byte> b) {
+        std::memcpy(dst, scratch.data() + (rd.offset_of(b.data()) - f_lo), b.size());
+        dst += b.size();
+      });
+    });
   }
 
   strategy_layouts src_, dst_;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <reshard/error.hpp>
+#include <reshard/parallel.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -237,7 +238,49 @@ inline void fsync_directory(const std::filesystem::path& dir) noexcept {
   ::fsync(fd);  // best effort: some filesystems refuse fsync on directories
   close_fd(fd);
 }
+
+// Starts write-back of [from, to) of `fd` without waiting for it (Linux sync_file_range; a no-op
+// elsewhere). Best effort: a failure shows at the fsync that follows.
+inline void start_writeback(int fd, std::uint64_t from, std::uint64_t to) noexcept {
+#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
+  if (to > from)
+    ::sync_file_range(fd, static_cast<::off64_t>(from), static_cast<::off64_t>(to - from), SYNC_FILE_RANGE_WRITE);
+#else
+  (void)fd, (void)from, (void)to;
+#endif
+}
 }  // namespace detail
+
+/// When the bytes of an output file reach the disk.
+enum class durability : std::uint8_t {
+  /// commit() fsyncs the file before its rename and its directory after: crash-safe on its own.
+  sync,
+  /// Write-back starts while the file is written; commit() renames without waiting for it. The
+  /// caller makes the file durable (sync_files) before it publishes it: several files then wait
+  /// for the disk together instead of one after another. The workflows use this.
+  deferred,
+  /// Never fsynced. After a power cut or an OS crash, a file may be empty or torn under its final
+  /// name: only for scratch outputs that can be made again.
+  none,
+};
+
+/// Makes the named files' data and metadata durable (fsync each, up to `threads` at a time, as
+/// disks and network filesystems serve several waits at once). Their names are not: fsync the
+/// directories after renaming (detail::fsync_directory). Errors name the file
+/// ("<context>: <file>: cannot fsync: <reason>").
+inline void sync_files(std::span<const std::filesystem::path> files, unsigned threads = 8,
+                       std::string_view context = "sync") {
+  reshard::parallel_for(files.size(), std::max(1u, threads), [&](std::size_t i) {
+    int fd = ::open(files[i].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) detail::report_errno(context, files[i], "cannot open to fsync", errno);
+    if (::fsync(fd) != 0) {
+      const int err = errno;
+      detail::close_fd(fd);
+      detail::report_errno(context, files[i], "cannot fsync", err);
+    }
+    detail::close_fd(fd);
+  });
+}
 
 /// An output file that appears at its destination complete or not at all. Bytes go to a unique
 /// temporary `<destination>.reshard-<pid>.<n>.tmp` in the same directory; commit() flushes,
@@ -250,8 +293,8 @@ inline void fsync_directory(const std::filesystem::path& dir) noexcept {
 class atomic_file_writer {
  public:
   explicit atomic_file_writer(std::filesystem::path destination, bool overwrite = false,
-                              std::string_view context = "atomic_file_writer")
-      : dest_(std::move(destination)), context_(context), overwrite_(overwrite) {
+                              std::string_view context = "atomic_file_writer", durability d = durability::sync)
+      : dest_(std::move(destination)), context_(context), overwrite_(overwrite), durability_(d) {
     struct ::stat st {};
     if (!overwrite_ && ::lstat(dest_.c_str(), &st) == 0)
       report_error(context_ + ": " + dest_.string() + ": destination exists (pass overwrite to replace it)");
@@ -272,7 +315,10 @@ class atomic_file_writer {
         buffer_(std::move(o.buffer_)),
         fd_(std::exchange(o.fd_, -1)),
         size_(o.size_),
+        written_(o.written_),
+        kicked_(o.kicked_),
         overwrite_(o.overwrite_),
+        durability_(o.durability_),
         committed_(std::exchange(o.committed_, true)) {}
   atomic_file_writer& operator=(atomic_file_writer&&) = delete;
 
@@ -300,12 +346,16 @@ class atomic_file_writer {
   const std::filesystem::path& temp_path() const noexcept { return temp_; }
   bool committed() const noexcept { return committed_; }
 
-  /// Flushes, fsyncs and renames the temporary to the destination (refusing an existing one
-  /// unless `overwrite`). On failure the temporary is removed and reshard::error thrown.
+  durability durability_mode() const noexcept { return durability_; }
+
+  /// Flushes, fsyncs (durability::sync) and renames the temporary to the destination (refusing
+  /// an existing one unless `overwrite`). On failure the temporary is removed and reshard::error
+  /// thrown.
   void commit() {
     RESHARD_EXPECTS(fd_ >= 0 && !committed_, "atomic_file_writer: commit twice or after failure");
     flush();
-    if (::fsync(fd_) != 0) fail("cannot fsync " + temp_.string(), errno);
+    if (durability_ == durability::deferred) detail::start_writeback(fd_, kicked_, written_);
+    if (durability_ == durability::sync && ::fsync(fd_) != 0) fail("cannot fsync " + temp_.string(), errno);
     if (detail::close_fd(fd_) != 0) fail("cannot close " + temp_.string(), errno);
     detail::crash_point();
     if (overwrite_) {
@@ -318,11 +368,14 @@ class atomic_file_writer {
       fail("cannot rename " + temp_.string(), err);
     }
     committed_ = true;
-    detail::fsync_directory(dest_.parent_path());
+    if (durability_ == durability::sync) detail::fsync_directory(dest_.parent_path());
   }
 
  private:
   static constexpr std::size_t buffer_capacity = std::size_t{1} << 20;
+  // Write-back is started every this many bytes (not durability::none), so that the disk writes
+  // while the process computes the next bytes and the final fsync has little left to wait for.
+  static constexpr std::uint64_t writeback_bytes = std::uint64_t{8} << 20;
 
   void discard() noexcept {
     detail::close_fd(fd_);
@@ -348,8 +401,13 @@ class atomic_file_writer {
         fail("cannot write " + temp_.string(), errno);
       }
       bytes = bytes.subspan(static_cast<std::size_t>(n));
+      written_ += static_cast<std::uint64_t>(n);
     }
     if (crash) detail::crash_now();
+    if (durability_ != durability::none && written_ - kicked_ >= writeback_bytes) {
+      detail::start_writeback(fd_, kicked_, written_);
+      kicked_ = written_;
+    }
   }
 
   std::filesystem::path dest_;
@@ -358,7 +416,10 @@ class atomic_file_writer {
   std::vector<std::byte> buffer_;
   int fd_ = -1;
   std::uint64_t size_ = 0;
+  std::uint64_t written_ = 0;  // bytes passed to write(2)
+  std::uint64_t kicked_ = 0;   // bytes whose write-back was started
   bool overwrite_ = false;
+  durability durability_ = durability::sync;
   bool committed_ = false;
 };
 

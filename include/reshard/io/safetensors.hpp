@@ -185,6 +185,8 @@ class safetensors_file {
   std::span<const safetensors_entry> entries() const noexcept { return index_.entries; }
   const std::map<std::string, std::string>& metadata() const noexcept { return index_.metadata; }
   std::uint64_t header_size() const noexcept { return index_.header_size; }
+  /// The whole file's mapping (the entries' data point into it).
+  std::span<const std::byte> file_bytes() const noexcept { return file_.bytes(); }
 
   /// The tensor `name`, or nullptr.
   const safetensors_entry* find(std::string_view name) const {
@@ -213,6 +215,7 @@ struct safetensors_tensor_info {
 struct safetensors_write_options {
   std::map<std::string, std::string> metadata{{"format", "ms"}};  ///< empty: no __metadata__ (unless Int4)
   bool overwrite = false;  ///< replace an existing destination
+  io::durability durability = io::durability::sync;  ///< when the bytes reach the disk (mapped_file.hpp)
 };
 
 /// Streams a safetensors file: the header is written at construction, then the data of every
@@ -221,7 +224,7 @@ class safetensors_writer {
  public:
   safetensors_writer(std::filesystem::path path, std::vector<safetensors_tensor_info> tensors,
                      safetensors_write_options opts = {})
-      : out_(std::move(path), opts.overwrite, "safetensors"), tensors_(std::move(tensors)) {
+      : out_(std::move(path), opts.overwrite, "safetensors", opts.durability), tensors_(std::move(tensors)) {
     const std::string prefix = "safetensors: " + out_.destination().string() + ": ";
     std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     nlohmann::json header = nlohmann::json::object();

@@ -297,9 +297,10 @@ class progress_relay {
 // processes.
 inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed) {
   const auto& l = s.local;
-  std::uint64_t sums[7] = {l.files, l.sliced, l.copied, l.source_files, l.source_bytes, l.bytes_read, l.bytes_written};
-  std::uint64_t sum_all[7] = {};
-  check_mpi(MPI_Allreduce(sums, sum_all, 7, MPI_UINT64_T, MPI_SUM, comm), transform_op, "MPI_Allreduce");
+  std::uint64_t sums[8] = {l.files,        l.sliced,     l.copied,        l.source_files,
+                           l.source_bytes, l.bytes_read, l.bytes_written, l.jobs};
+  std::uint64_t sum_all[8] = {};
+  check_mpi(MPI_Allreduce(sums, sum_all, 8, MPI_UINT64_T, MPI_SUM, comm), transform_op, "MPI_Allreduce");
   s.files = sum_all[0];
   s.sliced = sum_all[1];
   s.copied = sum_all[2];
@@ -307,6 +308,9 @@ inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed
   s.source_bytes = sum_all[4];
   s.bytes_read = sum_all[5];
   s.bytes_written = sum_all[6];
+  s.jobs = static_cast<unsigned>(sum_all[7]);  // target files in parallel, all processes
+  s.synced = l.synced;                         // the same options everywhere
+  s.reads = l.reads;
   std::uint64_t rss = l.peak_rss_bytes, rss_max = 0;
   check_mpi(MPI_Allreduce(&rss, &rss_max, 1, MPI_UINT64_T, MPI_MAX, comm), transform_op, "MPI_Allreduce");
   s.peak_rss_bytes = rss_max;
