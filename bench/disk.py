@@ -25,8 +25,9 @@ protobuf strategy files are generated. Then, --runs times, interleaved:
                                       transform --help` lists them, --no-sync, --read-mode pread,
                                       --read-mode mmap
 
-The outputs are removed between runs, untimed, followed by `sync` on a disk so that no dirty page
-of an earlier run is written back during the next. The sources are warm (the page cache cannot be
+The outputs are removed between runs, untimed, followed on a disk by `sync` and a second's pause so
+that no write-back of an earlier run falls into the next; the order of the tools rotates from run
+to run. The sources are warm (the page cache cannot be
 dropped in a container). Wall time around the process (median [min–max] of the runs), the ratio to
 the floor of the filesystem (cp -r on tmpfs, cp -r + sync elsewhere: reshard fsyncs its outputs;
 on a disk the ratio to plain cp -r as well), peak RSS by /usr/bin/time (its wait4 ru_maxrss; else
@@ -206,13 +207,15 @@ def bench_case(args, fs, work, src, strategies, case, size_label, params, mods, 
 
     def clean(path):
         scale_ranks.remove(path)
-        if on_disk:
+        if on_disk:  # the removal written back and the disk let settle: no earlier run's work in the next
             os.sync()
+            time.sleep(1)
 
     clean(copy)
     clean(out)
     for i in range(args.runs):  # interleaved: a change of the machine's load hits every tool alike
-        for key, cmd, dst in tools:
+        turn = i % len(tools)  # and rotated: no tool always follows the same one
+        for key, cmd, dst in tools[turn:] + tools[:turn]:
             s = scale_ranks.run(cmd, args.timeout)
             samples[key].append(s)
             log("  %s %s run %d %-22s %s" % (size_label, case, i + 1, key, "%.3f s, %s" % (
