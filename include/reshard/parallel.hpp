@@ -3,10 +3,13 @@
 // parallel_for(n, threads, f) calls f(i) once for every i in [0, n), on at most `threads`
 // threads (0: the hardware's; the calling thread is one of them), handing the indices out in
 // ascending order, one at a time, to whichever thread is free. The first exception thrown by f
-// stops the hand-out; the loop waits for the threads running and rethrows it. convert's copies,
-// the checkpoint engine's files and CRC checks, and MPI's local copies all run through it.
+// stops the hand-out; the loop waits for the threads running and rethrows the exception of the
+// lowest index that threw (so the error reported does not depend on the threads' timing: the
+// lowest index that fails is always started before any later one). convert's copies, the
+// checkpoint engine's files and CRC checks, and MPI's local copies all run through it.
 //   @post every index is called exactly once, unless f throws
-//   @post a throw from f reaches the caller, after every thread has ended
+//   @post a throw from f reaches the caller, after every thread has ended; with several, the
+//         one of the lowest index
 #pragma once
 
 #include <algorithm>
@@ -39,6 +42,7 @@ void parallel_for(std::size_t n, unsigned threads, F&& f, Done&& done) {
   std::atomic<std::size_t> next{0};
   std::atomic<bool> stop{false};
   std::exception_ptr first;
+  std::size_t first_index = n;
   std::mutex m;
   auto work = [&] {
     for (std::size_t i; !stop.load(std::memory_order_relaxed) &&
@@ -47,7 +51,7 @@ void parallel_for(std::size_t n, unsigned threads, F&& f, Done&& done) {
         f(i);
       } catch (...) {
         const std::lock_guard<std::mutex> lock(m);
-        if (!first) first = std::current_exception();
+        if (!first || i < first_index) first = std::current_exception(), first_index = i;
         stop.store(true, std::memory_order_relaxed);
       }
     }
