@@ -7,7 +7,8 @@
 // byte for byte, `convert` of the parameter's round-robin plan applied to those shards: the
 // engine read exactly the plan's transfers, from exactly the plan's senders, and put them where
 // the plan says. transform_checkpoint_by_rank of one target, given only the files
-// rank_list_for_transform names, must write the same file.
+// rank_list_for_transform names, must write the same file, and load_checkpoint_by_rank must fill
+// memory with the same tensors.
 #include <reshard/io/transform.hpp>
 
 #include <gtest/gtest.h>
@@ -294,4 +295,30 @@ RC_GTEST_PROP(engine_plans, outputs_are_convert_of_the_round_robin_plan, ()) {
   transform_checkpoint_by_rank(t, files, one, dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt");
   RC_ASSERT(reshard_test::read_bytes(one) ==
             reshard_test::read_bytes(rank_checkpoint_path(dir / "out", "c_", t, checkpoint_format::ckpt)));
+  // and loaded into memory from the same files: the file's tensors, in the file's order
+  std::vector<std::pair<std::string, std::vector<std::byte>>> loaded;
+  const transform_summary mem = load_checkpoint_by_rank(
+      t, files, dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
+      [&](index_t rank, std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) {
+        RC_ASSERT(rank == t);
+        RC_ASSERT(type == dtype::int64);
+        std::uint64_t n = 8;
+        for (auto d : dims) n *= static_cast<std::uint64_t>(d);
+        RC_ASSERT(n == bytes);
+        loaded.emplace_back(std::string(name), std::vector<std::byte>(static_cast<std::size_t>(bytes), std::byte{0xEE}));
+        return std::span<std::byte>(loaded.back().second);
+      },
+      {.buffer_bytes = *rc::gen::elementOf(std::vector<std::uint64_t>{64, 4 << 20}),
+       .reads = *rc::gen::element(read_mode::mmap, read_mode::pread)});
+  checkpoint_reader rd(one);
+  RC_ASSERT(loaded.size() == rd.entries().size());
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    RC_ASSERT(loaded[i].first == rd.entries()[i].name);
+    RC_ASSERT(loaded[i].second == content(rd.entries()[i]));
+    total += loaded[i].second.size();
+  }
+  RC_ASSERT(mem.bytes_written == total);
+  RC_ASSERT(mem.files == 0u);
+  RC_ASSERT(!fs::exists(dir / "one.ckpt.part"));
 }

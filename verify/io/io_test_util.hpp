@@ -68,6 +68,14 @@ class temp_dir {
   fs::path path_;
 };
 
+// Every path under `root` (relative, sorted): what a run that must write nothing leaves alone.
+inline std::vector<std::string> list_tree(const fs::path& root) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) out.push_back(fs::relative(e.path(), root).string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 inline std::vector<std::byte> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -436,6 +436,34 @@ TEST(transform_python, by_rank_with_only_the_rank_list) {
   s.check(s.dir / "out");
 }
 
+TEST(transform_load, a_wrong_allocation_or_a_throwing_allocator_is_an_error_and_writes_nothing) {
+  py_scenario s("uneven_8to3");
+  std::map<std::int64_t, fs::path> files;
+  for (auto r : rank_list_for_transform(1, s.path("src_strategy"), s.path("dst_strategy")))
+    files.emplace(r, s.dir / "src" / ("rank_" + std::to_string(r)) / "net.ckpt");
+  const auto before = reshard_test::list_tree(s.dir.path());
+  std::vector<std::byte> small(3);
+  try {
+    load_checkpoint_by_rank(1, files, s.path("src_strategy"), s.path("dst_strategy"),
+                            [&](index_t, std::string_view, dtype, std::span<const std::int64_t>, std::uint64_t) {
+                              return std::span<std::byte>(small);
+                            });
+    FAIL() << "a 3-byte allocation was accepted";
+  } catch (const reshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_checkpoint_by_rank"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the allocator returned 3 bytes"), std::string::npos) << e.what();
+  }
+  try {
+    load_checkpoint_by_rank(1, files, s.path("src_strategy"), s.path("dst_strategy"),
+                            [&](index_t, std::string_view, dtype, std::span<const std::int64_t>,
+                                std::uint64_t) -> std::span<std::byte> { throw std::runtime_error("stop"); });
+    FAIL() << "the allocator's exception was lost";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "stop");
+  }
+  EXPECT_EQ(reshard_test::list_tree(s.dir.path()), before) << "a load writes nothing";
+}
+
 TEST(transform_python, pipeline_merged_then_transformed) {
   py_scenario s("pipeline_to4");
   merge_pipeline_strategies(s.dir / "stages", s.dir / "merged_strategy.ckpt");

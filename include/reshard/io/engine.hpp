@@ -294,6 +294,13 @@ struct transform_target {
   std::filesystem::path path;
 };
 
+/// Where a target loaded into memory (transform_job::load) puts each parameter: called once per
+/// parameter, in the target's order, with the target rank, the parameter's name, dtype, dims
+/// (empty for a scalar) and size in bytes; returns writable memory of exactly `bytes` bytes,
+/// which the engine fills. Calls are serialized. An exception thrown here abandons the load.
+using tensor_allocator = std::function<std::span<std::byte>(index_t rank, std::string_view name, dtype type,
+                                                            std::span<const std::int64_t> dims, std::uint64_t bytes)>;
+
 /// The engine behind every workflow (transform, by rank, merge, split, convert, and each
 /// process's share under MPI): writes the targets' files from the source files, executing for
 /// each parameter its plan (rank_planner: one planner, one replica policy) with convert's copy
@@ -380,14 +387,7 @@ class transform_job {
     rename_all();
     committed_ = true;
     transform_summary s = std::move(summary_);
-    s.source_files = readers_.size();
-    for (const auto& [r, rd] : readers_) s.source_bytes += rd->file_size();
-    s.warnings = std::move(warnings_);
-    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    s.peak_rss_bytes = peak_rss_bytes();
-    s.jobs = threads();
-    s.reads = reads();
-    s.synced = opts_.sync;
+    finish(s);
     return s;
   }
 
@@ -398,7 +398,56 @@ class transform_job {
     return commit();
   }
 
+  /// Instead of stage() and commit(): assembles every target in memory that `allocate` gives
+  /// (the targets' paths are not used, nothing is written), with the same plans, reads and copy
+  /// jobs as the files. The chunks are assembled in place: besides what `allocate` returns, the
+  /// engine holds only its read buffers. Checks first if check() has not run.
+  transform_summary load(const tensor_allocator& allocate) {
+    RESHARD_EXPECTS(!staged_ && !committed_, "transform_job: load() after stage()");
+    if (!checked_) check();
+    std::mutex serial;
+    const tensor_allocator locked = [&](index_t rank, std::string_view name, dtype type,
+                                        std::span<const std::int64_t> dims, std::uint64_t bytes) {
+      const std::lock_guard<std::mutex> lock(serial);
+      auto m = allocate(rank, name, type, dims, bytes);
+      if (m.size() != bytes)
+        report_error(op_ + ": parameter " + quote_name(name) + ": the allocator returned " + std::to_string(m.size()) +
+                     " bytes for a tensor of " + std::to_string(bytes));
+      return m;
+    };
+    std::vector<transform_summary> per(targets_.size());
+    reshard::parallel_for(targets_.size(), threads(), [&](std::size_t i) {
+      sink out;
+      out.memory = &locked;
+      out.rank = targets_[i].rank;
+      per[i] = fill_target(targets_[i], out);
+    });
+    committed_ = true;
+    transform_summary s;
+    for (const auto& p : per) {
+      s.sliced += p.sliced;
+      s.copied += p.copied;
+      s.bytes_read += p.bytes_read;
+      s.bytes_written += p.bytes_written;
+    }
+    finish(s);
+    s.synced = false;  // nothing was written
+    return s;
+  }
+
  private:
+  // The summary's fields known at the end.
+  void finish(transform_summary& s) {
+    s.source_files = readers_.size();
+    for (const auto& [r, rd] : readers_) s.source_bytes += rd->file_size();
+    s.warnings = std::move(warnings_);
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    s.peak_rss_bytes = peak_rss_bytes();
+    s.jobs = threads();
+    s.reads = reads();
+    s.synced = opts_.sync;
+  }
+
   std::string source_desc() const {
     return src_.present() ? "the source strategy " + src_.source() : "the source (no strategy: one unsplit rank)";
   }
@@ -800,20 +849,38 @@ class transform_job {
   static constexpr unsigned fsync_threads = 8;
 
   // -- phase 2: writing
+  // A target's output: a ckpt or safetensors file, or memory from a tensor_allocator.
   struct sink {
     std::optional<ckpt_writer> ckpt;
     std::optional<safetensors_writer> st;
+    const tensor_allocator* memory = nullptr;
+    index_t rank = 0;             // memory: the target's
+    std::span<std::byte> tensor;  // memory: the current tensor's
+    std::size_t filled = 0;       // and the bytes of it written
     void begin(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) {
       if (ckpt) ckpt->begin(name, type, dims, bytes);
+      if (memory) tensor = (*memory)(rank, name, type, dims, bytes), filled = 0;
+    }
+    // memory: where the next n bytes go, for the engine to assemble them in place (then append()
+    // them from there); otherwise nullptr.
+    std::byte* direct(std::size_t n) const {
+      RESHARD_EXPECTS(!memory || n <= tensor.size() - filled, "transform_job: a tensor overflows its memory");
+      return memory ? tensor.data() + filled : nullptr;
     }
     void append(std::span<const std::byte> b) {
-      if (ckpt)
+      if (ckpt) {
         ckpt->append(b);
-      else
+      } else if (st) {
         st->append(b);
+      } else {
+        RESHARD_EXPECTS(b.size() <= tensor.size() - filled, "transform_job: a tensor overflows its memory");
+        if (b.data() != tensor.data() + filled && !b.empty()) std::memcpy(tensor.data() + filled, b.data(), b.size());
+        filled += b.size();
+      }
     }
     void end() {
       if (ckpt) ckpt->end();
+      RESHARD_EXPECTS(!memory || filled == tensor.size(), "transform_job: a tensor's memory is not filled");
     }
   };
 
@@ -910,7 +977,6 @@ class transform_job {
   }
 
   transform_summary write_target(const transform_target& t, const std::filesystem::path& part) {
-    transform_summary s;
     std::vector<out_item> items;
     for_each_item(t.rank, [&](out_item& it) { items.push_back(it); });
     sink out;
@@ -935,8 +1001,23 @@ class transform_job {
                                                 .overwrite = true,
                                                 .durability = durability()});
     }
+    transform_summary s = fill_target(t, out, std::move(items));
+    std::error_code ec;
+    s.bytes_written = std::filesystem::file_size(part, ec);
+    return s;
+  }
+
+  // Writes target t's items (default: in for_each_item's order) to `out`, and commits a file.
+  transform_summary fill_target(const transform_target& t, sink& out, std::optional<std::vector<out_item>> given = {}) {
+    transform_summary s;
+    std::vector<out_item> items;
+    if (given)
+      items = std::move(*given);
+    else
+      for_each_item(t.rank, [&](out_item& it) { items.push_back(it); });
     std::vector<std::byte> buffer;
     std::set<index_t> used;
+    std::uint64_t tensor_bytes = 0;
     for (const auto& it : items) {
       if (it.p) {
         write_sliced(out, it, t.rank, buffer, used, s);
@@ -946,14 +1027,16 @@ class transform_job {
         ++s.copied;
         used.insert(it.base);
       }
-      report(t.rank, it.name(), item_bytes(t.rank, it), false);
+      const std::uint64_t bytes = item_bytes(t.rank, it);
+      tensor_bytes += bytes;
+      report(t.rank, it.name(), bytes, false);
     }
     if (out.ckpt)
       out.ckpt->commit();
-    else
+    else if (out.st)
       out.st->commit();
-    std::error_code ec;
-    s.bytes_written = std::filesystem::file_size(part, ec);
+    else
+      s.bytes_written = tensor_bytes;
     retire(used);
     report(t.rank, {}, 0, true);
     return s;
@@ -1074,8 +1157,11 @@ class transform_job {
       for (std::size_t i = 0; i < c.offset.size(); ++i) c.offset[i] += tb.offset[i];
       const std::uint64_t bytes = static_cast<std::uint64_t>(volume(c)) * elem;
       // One copy job (convert.hpp) per source piece the chunk meets, from the source's mapping
-      // (offsets from the content's first stored piece; the others follow it) to the buffer.
-      buffer.resize(static_cast<std::size_t>(bytes));
+      // (offsets from the content's first stored piece; the others follow it) to the buffer, or
+      // straight to the target's memory.
+      std::byte* to = out.direct(static_cast<std::size_t>(bytes));
+      if (!to) buffer.resize(static_cast<std::size_t>(bytes)), to = buffer.data();
+      const std::span<const std::byte> chunk(to, static_cast<std::size_t>(bytes));
       jobs.clear();
       job_view.clear();
       read.clear();
@@ -1084,7 +1170,7 @@ class transform_job {
         if (volume(in) == 0) continue;
         const auto& v = views[k];
         const std::byte* base = v.e->pieces.front().data();
-        jobs.push_back(reshard::detail::make_copy_job(base, pieces[k].held, buffer.data(), c, in, elem));
+        jobs.push_back(reshard::detail::make_copy_job(base, pieces[k].held, to, c, in, elem));
         job_view.push_back(&v);
         const auto& j = jobs.back();
         read.push_back({&v, std::span<const std::byte>(j.src, reshard::detail::source_span(j))});
@@ -1096,7 +1182,7 @@ class transform_job {
       if (reads() == read_mode::pread) {
         for (std::size_t k = 0; k < jobs.size(); ++k) read_job(jobs[k], *job_view[k]->e, job_view[k]->starts,
                                                               open_const(job_view[k]->rank), scratch);
-        out.append(buffer);
+        out.append(chunk);
         return;
       }
       // read_mode::mmap: the jobs gather the chunk in the buffer, read in place from the mappings.
@@ -1119,7 +1205,7 @@ class transform_job {
       }
       jobs.resize(kept);
       reshard::detail::run_jobs(jobs, 1);
-      out.append(buffer);
+      out.append(chunk);
       done();
     });
     out.end();
@@ -1244,6 +1330,7 @@ inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem
 
 // The engine lives in detail beside its helpers; these are its public names.
 using detail::transform_job;
+using detail::tensor_allocator;
 using detail::transform_target;
 
 }  // namespace reshard::io

@@ -5,6 +5,7 @@
 //   transform_checkpoints(src_dir, dst_dir, prefix, src_strategy, dst_strategy)   a whole directory
 //   transform_checkpoint_by_rank(rank, {src_rank: file}, out_file, src, dst)      one target rank
 //   rank_list_for_transform(rank, src_strategy, dst_strategy)                     its source ranks
+//   load_checkpoint_by_rank(rank, {src_rank: file}, src, dst, allocate)           one rank, in memory
 //   merge_checkpoints(src_dir, out_file, src_strategy)                            all ranks -> one file
 //   split_checkpoint(file, dst_dir, dst_strategy)                                 one file -> ranks
 //   convert_checkpoint(in_file, out_file)                                         ckpt <-> safetensors
@@ -84,6 +85,22 @@ inline transform_summary transform_checkpoint_by_rank(std::int64_t rank, const s
   return transform_job(strategy_layouts(src_strategy), strategy_layouts(dst_strategy), std::move(files),
                             std::move(targets), opts, "transform_checkpoint_by_rank")
       .run();
+}
+
+/// Loads target rank `rank`'s parameters into memory, from the source files `src_files` (source
+/// rank -> file; rank_list_for_transform(rank, ...) names the ones needed) and the two
+/// strategies: what transform_checkpoint_by_rank would write, without a file. `allocate` gives
+/// the memory of each parameter (see tensor_allocator), in the order the file would hold them;
+/// the engine reads only the bytes the rank needs and fills that memory in place.
+inline transform_summary load_checkpoint_by_rank(std::int64_t rank, const std::map<std::int64_t, std::filesystem::path>& src_files,
+                                                 const std::filesystem::path& src_strategy,
+                                                 const std::filesystem::path& dst_strategy, const tensor_allocator& allocate,
+                                                 const transform_options& opts = {}) {
+  std::map<index_t, std::filesystem::path> files(src_files.begin(), src_files.end());
+  std::vector<transform_target> targets{transform_target{rank, {}}};
+  return transform_job(strategy_layouts(src_strategy), strategy_layouts(dst_strategy), std::move(files),
+                       std::move(targets), opts, "load_checkpoint_by_rank")
+      .load(allocate);
 }
 
 /// Merges the distributed checkpoint of `src_dir` into one checkpoint of full tensors (MindSpore's
