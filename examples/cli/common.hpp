@@ -2,12 +2,18 @@
 // subcommand, reading layout arguments (inline JSON or @file) and printing helpers.
 #pragma once
 
+#include <cctype>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -93,6 +99,34 @@ inline std::string format_bytes(double bytes) {
     s += r;
   }
   return s;
+}
+
+/// A size in bytes: a whole number with an optional unit, as dd reads them: B; KB, MB, GB, TB
+/// (powers of 1000); K, M, G, T and KiB, MiB, GiB, TiB (powers of 1024); units in any case.
+/// Empty on anything else or on overflow.
+inline std::optional<std::uint64_t> parse_size(std::string_view text) {
+  std::size_t i = 0;
+  std::uint64_t n = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    const auto d = static_cast<std::uint64_t>(text[i] - '0');
+    if (n > (UINT64_MAX - d) / 10) return std::nullopt;
+    n = n * 10 + d, ++i;
+  }
+  if (i == 0) return std::nullopt;
+  std::string unit;
+  for (; i < text.size(); ++i) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  static const std::pair<const char*, std::uint64_t> units[] = {
+      {"", 1},           {"b", 1},
+      {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000ull},
+      {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000ull},
+      {"g", 1ull << 30}, {"gib", 1ull << 30}, {"gb", 1000000000ull},
+      {"t", 1ull << 40}, {"tib", 1ull << 40}, {"tb", 1000000000000ull}};
+  for (const auto& [name, scale] : units)
+    if (unit == name) {
+      if (n > UINT64_MAX / scale) return std::nullopt;
+      return n * scale;
+    }
+  return std::nullopt;
 }
 
 /// Ranks as ranges: `0-3,8,10-11`.

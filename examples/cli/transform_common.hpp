@@ -64,6 +64,7 @@ struct transform_flags {
   std::string format = "ckpt";
   unsigned jobs = 0;  // auto: io::transform_options::jobs, shared among the processes on this machine
   std::string read_mode = "auto";
+  std::string max_memory;  // empty: no bound
   bool force = false, crc = false, no_verify_crc = false, no_sync = false, progress = false, json = false;
 };
 
@@ -82,6 +83,12 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
                   "how source tensors are read: pread (system calls into a bounded buffer), mmap (memory "
                   "mappings), or auto (the default: pread)")
       ->check(CLI::IsMember({"auto", "mmap", "pread"}));
+  sub->add_option("--max-memory", f.max_memory,
+                  "bound on the resident memory while writing, e.g. 64MiB, 2G, 500MB (default: none); the jobs "
+                  "and buffers are fitted to it, and it is an error when even one job does not fit")
+      ->check([](const std::string& v) {
+        return parse_size(v) ? std::string() : "not a size: " + v + " (a whole number and a unit: B, KiB, MiB, GiB, KB, MB, GB, ...)";
+      });
   sub->add_flag("--no-sync", f.no_sync,
                 "do not fsync the outputs (scratch outputs only: after a power cut or an OS crash an output "
                 "may be empty or torn under its final name)");
@@ -145,6 +152,7 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   o.crc = f.crc;
   o.verify_crc = !f.no_verify_crc;
   o.sync = !f.no_sync;
+  if (!f.max_memory.empty()) o.max_memory = *parse_size(f.max_memory);
   o.reads = f.read_mode == "mmap" ? io::read_mode::mmap : f.read_mode == "pread" ? io::read_mode::pread : io::read_mode::automatic;
   if (f.progress || ::isatty(STDERR_FILENO)) {
     auto bar = std::make_shared<progress_bar>();
@@ -181,9 +189,12 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
     j["seconds"] = s.seconds;
     j["throughput_bytes_per_second"] = s.throughput();
     j["peak_rss_bytes"] = s.peak_rss_bytes;
+    j["max_memory"] = s.max_memory;
+    j["buffer_bytes"] = s.buffer_bytes;
     j["jobs"] = s.jobs;
     j["synced"] = s.synced;
     j["read_mode"] = io::to_string(s.reads);
+    j["source_filesystem"] = s.source_filesystem;
     j["warnings"] = s.warnings;
     if (shares) j["processes"] = *shares;
     print_json(std::cout, j);
@@ -200,9 +211,14 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
             << "  bytes written   " << format_bytes(static_cast<double>(s.bytes_written)) << '\n'
             << "  time            " << time << ", " << progress_bar::short_bytes(s.throughput()) << "/s written\n"
             << "  jobs            " << s.jobs << (s.jobs == 1 ? " target file at a time" : " target files at a time")
-            << ", reads by " << io::to_string(s.reads) << (s.synced ? "" : ", outputs not fsynced (--no-sync)") << '\n'
+            << ", reads by " << io::to_string(s.reads)
+            << (s.source_filesystem.empty() ? std::string() : " from " + s.source_filesystem) << (s.synced ? "" : ", outputs not fsynced (--no-sync)") << '\n'
             << "  peak memory     " << format_bytes(static_cast<double>(s.peak_rss_bytes))
-            << (shares ? " (resident set of the largest process)\n" : " (resident set of the process)\n");
+            << (shares ? " (resident set of the largest process" : " (resident set of the process")
+            << (s.max_memory ? "; --max-memory " + format_bytes(static_cast<double>(s.max_memory)) + ", chunk buffers of " +
+                                   format_bytes(static_cast<double>(s.buffer_bytes))
+                             : std::string())
+            << ")\n";
   if (shares) {
     std::cout << "  processes       " << shares->size() << " (target ranks";
     for (std::size_t p = 0; p < shares->size(); ++p)

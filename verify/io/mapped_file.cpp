@@ -7,6 +7,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -203,4 +204,18 @@ TEST(atomic_file_writer, concurrent_writers_use_distinct_temporaries) {
   EXPECT_TRUE(throws_error([&] { b.commit(); }, {"destination exists"}));
   EXPECT_EQ(to_hex(read_bytes(dir / "x")), "61");
   EXPECT_EQ(dir.files(), std::vector<std::string>{"x"});
+}
+
+TEST(filesystem_name, names_the_filesystem_by_its_statfs_magic) {
+  EXPECT_EQ(filesystem_name("/proc/self"), "0x9fa0");  // procfs: not in the table, its magic in hex
+  if (std::filesystem::is_directory("/dev/shm")) {
+    const auto shm = filesystem_name("/dev/shm");
+    EXPECT_TRUE(shm == "tmpfs" || shm == "ramfs") << shm;
+    EXPECT_FALSE(remote_filesystem(shm));
+  }
+  EXPECT_EQ(filesystem_name("/no/such/path/here"), "");
+  for (const char* remote : {"nfs", "fuse", "lustre", "cifs", "smb2", "ceph", "gpfs", "9p"})
+    EXPECT_TRUE(remote_filesystem(remote)) << remote;
+  for (const char* local : {"ext4", "xfs", "btrfs", "zfs", "tmpfs", "overlay", "", "0x9fa0"})
+    EXPECT_FALSE(remote_filesystem(local)) << local;
 }

@@ -464,6 +464,47 @@ TEST(transform_load, a_wrong_allocation_or_a_throwing_allocator_is_an_error_and_
   EXPECT_EQ(reshard_test::list_tree(s.dir.path()), before) << "a load writes nothing";
 }
 
+TEST(transform_memory_budget, fits_jobs_and_buffers_and_refuses_a_budget_too_small) {
+  py_scenario s("retrain_8to4");
+  const auto run = [&](const char* out, transform_options o) {
+    return transform_checkpoints(s.path("src_dir"), s.dir / out, "checkpoint_", s.path("src_strategy"),
+                                 s.path("dst_strategy"), o);
+  };
+  const auto free_run = run("free", {.jobs = 2});
+  EXPECT_EQ(free_run.max_memory, 0u);
+  EXPECT_EQ(free_run.buffer_bytes, std::uint64_t{4} << 20);
+  // a budget just above what the process holds: one job, a buffer below the default, same files
+  const std::uint64_t held = current_rss_bytes();
+  ASSERT_GT(held, 0u);
+  const std::uint64_t budget = held + (std::uint64_t{8} << 20);
+  const auto tight = run("tight", {.jobs = 2, .max_memory = budget});
+  EXPECT_EQ(tight.max_memory, budget);
+  EXPECT_LT(tight.buffer_bytes, std::uint64_t{4} << 20);
+  EXPECT_GE(tight.buffer_bytes, std::uint64_t{64} << 10);
+  EXPECT_EQ(tight.jobs, 1u) << "8 MiB beside the process fit one job (a job needs 5.4 MiB at least)";
+  s.check(s.dir / "tight");
+  for (index_t t = 0; t < 4; ++t) {
+    const fs::path f = fs::path("rank_" + std::to_string(t)) / ("checkpoint_" + std::to_string(t) + ".ckpt");
+    EXPECT_EQ(reshard_test::read_bytes(s.dir / "tight" / f), reshard_test::read_bytes(s.dir / "free" / f)) << f;
+  }
+  // below what the process holds: an error naming the budget, before anything is written
+  try {
+    run("none", {.max_memory = std::uint64_t{1} << 20});
+    FAIL() << "a 1 MiB budget was accepted";
+  } catch (const reshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_memory 1 MiB is too small"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(s.dir / "none"));
+  // mapped reads are not bounded by the engine: refused with a budget
+  try {
+    run("mapped", {.reads = read_mode::mmap, .max_memory = std::uint64_t{1} << 30});
+    FAIL() << "max_memory with read_mode mmap was accepted";
+  } catch (const reshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_memory cannot be kept with read_mode mmap"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(s.dir / "mapped"));
+}
+
 TEST(transform_python, pipeline_merged_then_transformed) {
   py_scenario s("pipeline_to4");
   merge_pipeline_strategies(s.dir / "stages", s.dir / "merged_strategy.ckpt");

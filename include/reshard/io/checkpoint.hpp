@@ -180,12 +180,12 @@ class checkpoint_reader {
   }
 
   /// Checks the crc_num trailer, if any: reshard::error on a mismatch. Reads the file once, in
-  /// windows whose pages are released after use.
-  void verify_crc() const {
+  /// windows of `window` bytes whose pages are released after use.
+  void verify_crc(std::size_t window = std::size_t{8} << 20) const {
     if (!has_crc()) return;
     const auto all = ckpt_->bytes();
     const auto body = all.first(all.size() - detail::crc_trailer_size);
-    constexpr std::size_t window = std::size_t{8} << 20;
+    window = std::max<std::size_t>(window, 4096);
     std::uint32_t c = 0;
     for (std::size_t at = 0; at < body.size(); at += window) {
       const auto part = body.subspan(at, std::min(window, body.size() - at));

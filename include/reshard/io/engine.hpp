@@ -59,6 +59,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -127,6 +128,12 @@ struct transform_options {
   std::uint64_t buffer_bytes = std::uint64_t{4} << 20;  ///< most bytes a worker assembles at once
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;           ///< piece size of written ckpt tensors
   read_mode reads = read_mode::automatic;  ///< how source tensors are read
+  /// A bound on the process's resident memory while the targets are written (0: none). The
+  /// engine measures what the process holds once the sources' indexes are read, and fits the
+  /// jobs and the chunk buffers (buffer_bytes, the read scratch, the pages of mapped sources
+  /// kept) into what is left; it is an error when even one job with the smallest buffer does
+  /// not fit. The summary reports the budget, the jobs and buffer chosen, and the peak.
+  std::uint64_t max_memory = 0;
   std::function<void(const transform_progress&)> progress{};  ///< called as parameters are written
 };
 
@@ -140,9 +147,12 @@ struct transform_summary {
   std::uint64_t bytes_read = 0;       ///< tensor bytes read from the source mappings
   std::uint64_t bytes_written = 0;    ///< bytes of the files written
   double seconds = 0;                 ///< wall time
-  std::uint64_t peak_rss_bytes = 0;   ///< the process's peak resident memory (getrusage)
+  std::uint64_t peak_rss_bytes = 0;   ///< the process's peak resident memory (peak_rss_bytes())
   unsigned jobs = 1;                  ///< target files written in parallel
+  std::uint64_t max_memory = 0;       ///< transform_options::max_memory (0: none)
+  std::uint64_t buffer_bytes = 0;     ///< the chunk buffer of each job (fitted to max_memory)
   read_mode reads = read_mode::pread;  ///< how the source tensors were read
+  std::string source_filesystem;      ///< the filesystems of the files read (filesystem_name), comma-separated
   bool synced = true;                 ///< the outputs were fsynced (transform_options::sync)
   std::vector<std::filesystem::path> outputs;  ///< the files written, by target rank
   std::vector<std::string> warnings;  ///< things done that the caller may not expect
@@ -151,8 +161,30 @@ struct transform_summary {
   double throughput() const noexcept { return seconds > 0 ? static_cast<double>(bytes_written) / seconds : 0.0; }
 };
 
-/// The process's peak resident set size in bytes (getrusage ru_maxrss).
+/// The process's resident set size now, in bytes (/proc/self/statm; 0 where it cannot be read).
+inline std::uint64_t current_rss_bytes() noexcept {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  if (n != 2) return 0;
+  return static_cast<std::uint64_t>(resident) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+/// The process's peak resident set size in bytes: VmHWM of /proc/self/status, the peak of this
+/// program's own memory; where that cannot be read, getrusage's ru_maxrss, which on Linux also
+/// counts the memory of the process that forked this one before it exec'd the program (a large
+/// parent, such as a Python script that started it, can then show as this program's peak).
 inline std::uint64_t peak_rss_bytes() noexcept {
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "VmHWM: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<std::uint64_t>(kib) * 1024;
+  }
   struct ::rusage u {};
   if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
 #if defined(__APPLE__)
@@ -364,6 +396,7 @@ class transform_job {
     start_ = std::chrono::steady_clock::now();
     check_outputs();
     prepare();
+    fit_memory();
     checked_ = true;
   }
 
@@ -446,6 +479,45 @@ class transform_job {
     s.jobs = threads();
     s.reads = reads();
     s.synced = opts_.sync;
+    s.max_memory = opts_.max_memory;
+    s.buffer_bytes = opts_.buffer_bytes;
+    std::set<std::string> kinds;  // one statfs per source file read
+    for (const auto& [r, rd] : readers_) kinds.insert(filesystem_name(rd->path()));
+    for (const auto& k : kinds) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + k;
+  }
+
+  // -- the memory budget
+  // A job's memory for a chunk buffer of b bytes: the buffer, the read scratch (at most 4
+  // chunks, or 64 KiB), the mapped pages kept (b per job) and the file writer's buffer.
+  static std::uint64_t job_memory(std::uint64_t b) noexcept {
+    return b + std::max<std::uint64_t>(4 * b, std::uint64_t{64} << 10) + b + atomic_file_writer::buffer_capacity;
+  }
+  static constexpr std::uint64_t min_buffer = std::uint64_t{64} << 10;
+  // The heap's own slack beside the buffers (allocator arenas, the threads' stacks, the
+  // progress and summary): measured below 2 MiB a job on the benchmarks; 4 MiB kept.
+  static constexpr std::uint64_t job_slack = std::uint64_t{4} << 20;
+
+  // With max_memory: fits the jobs, then the buffer, into what the process does not hold yet.
+  void fit_memory() {
+    if (opts_.max_memory == 0) return;
+    if (opts_.reads == read_mode::mmap)
+      report_error(op_ + ": max_memory cannot be kept with read_mode mmap: around every read from a mapping the "
+                   "kernel maps whole page-cache folios (measured: 4 MiB per source file on ext4), beyond the "
+                   "engine's control; read with pread (the default)");
+    const std::uint64_t held = current_rss_bytes();
+    const auto need = [](std::uint64_t b) { return job_memory(b) + job_slack; };
+    const auto mib = [](std::uint64_t b) { return std::to_string((b + (std::uint64_t{1} << 20) - 1) >> 20) + " MiB"; };
+    if (held + need(min_buffer) > opts_.max_memory)
+      report_error(op_ + ": max_memory " + mib(opts_.max_memory) + " is too small: the process holds " + mib(held) +
+                   " once the " + std::to_string(readers_.size()) + " source indexes are read, and one job needs " +
+                   mib(need(min_buffer)) + " more");
+    const std::uint64_t left = opts_.max_memory - held;
+    const auto fit = static_cast<unsigned>(std::min<std::uint64_t>(threads(), left / need(min_buffer)));
+    opts_.jobs = std::max(1u, fit);
+    const std::uint64_t per = left / opts_.jobs - job_slack;  // job_memory(b) <= per
+    std::uint64_t b = (per - atomic_file_writer::buffer_capacity) / 6;
+    b = std::clamp<std::uint64_t>(b & ~std::uint64_t{4095}, min_buffer, std::max(opts_.buffer_bytes, min_buffer));
+    opts_.buffer_bytes = b;
   }
 
   std::string source_desc() const {
@@ -832,7 +904,11 @@ class transform_job {
     if (!opts_.verify_crc) return;
     std::vector<const checkpoint_reader*> list;
     for (const auto& [r, rd] : readers_) list.push_back(rd.get());
-    reshard::parallel_for(list.size(), threads(), [&](std::size_t i) { list[i]->verify_crc(); });
+    // windows of 8 MiB; under max_memory, a quarter of the budget shared by the threads
+    std::size_t window = std::size_t{8} << 20;
+    if (opts_.max_memory != 0)
+      window = static_cast<std::size_t>(std::clamp<std::uint64_t>(opts_.max_memory / (4 * threads()), 64 << 10, window));
+    reshard::parallel_for(list.size(), threads(), [&](std::size_t i) { list[i]->verify_crc(window); });
   }
 
   // The jobs asked for, or (0) one per core and at most one per target file.

@@ -41,6 +41,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 namespace reshard::io {
@@ -264,6 +265,33 @@ enum class durability : std::uint8_t {
   none,
 };
 
+/// The kind of filesystem that holds `path`, by its statfs(2) magic number: "ext4" (ext2/3/4),
+/// "xfs", "btrfs", "zfs", "tmpfs", "ramfs", "overlay", "nfs", "fuse", "lustre", "cifs", "smb2",
+/// "ceph", "gpfs", "9p", "squashfs"; "0x<magic>" for another; "" when statfs fails. Network and
+/// FUSE filesystems are the ones where memory-mapped reads are known to be slow (remote_filesystem).
+inline std::string filesystem_name(const std::filesystem::path& path) {
+  struct ::statfs st {};
+  if (::statfs(path.c_str(), &st) != 0) return {};
+  static constexpr std::pair<std::uint64_t, const char*> names[] = {
+      {0xEF53, "ext4"},       {0x58465342, "xfs"},    {0x9123683E, "btrfs"}, {0x2FC12FC1, "zfs"},
+      {0x01021994, "tmpfs"},  {0x858458F6, "ramfs"},  {0x794C7630, "overlay"}, {0x6969, "nfs"},
+      {0x65735546, "fuse"},   {0x0BD00BD0, "lustre"}, {0xFF534D42, "cifs"},  {0xFE534D42, "smb2"},
+      {0x00C36400, "ceph"},   {0x47504653, "gpfs"},   {0x01021997, "9p"},    {0x73717368, "squashfs"}};
+  const auto magic = static_cast<std::uint64_t>(static_cast<std::uint32_t>(st.f_type));
+  for (const auto& [m, name] : names)
+    if (m == magic) return name;
+  char hex[24];
+  std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(magic));
+  return hex;
+}
+
+/// A filesystem of filesystem_name() reached over a network or through FUSE.
+inline bool remote_filesystem(std::string_view name) noexcept {
+  for (std::string_view n : {"nfs", "fuse", "lustre", "cifs", "smb2", "ceph", "gpfs", "9p"})
+    if (name == n) return true;
+  return false;
+}
+
 /// Makes the named files' data and metadata durable (fsync each, up to `threads` at a time, as
 /// disks and network filesystems serve several waits at once). Their names are not: fsync the
 /// directories after renaming (detail::fsync_directory). Errors name the file
@@ -371,8 +399,10 @@ class atomic_file_writer {
     if (durability_ == durability::sync) detail::fsync_directory(dest_.parent_path());
   }
 
- private:
+  /// The bytes buffered before a write(2) (appends this large or larger go straight through).
   static constexpr std::size_t buffer_capacity = std::size_t{1} << 20;
+
+ private:
   // Write-back is started every this many bytes (not durability::none), so that the disk writes
   // while the process computes the next bytes and the final fsync has little left to wait for.
   static constexpr std::uint64_t writeback_bytes = std::uint64_t{8} << 20;

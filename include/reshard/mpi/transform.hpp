@@ -311,6 +311,11 @@ inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed
   s.jobs = static_cast<unsigned>(sum_all[7]);  // target files in parallel, all processes
   s.synced = l.synced;                         // the same options everywhere
   s.reads = l.reads;
+  s.source_filesystem = l.source_filesystem;  // this process's sources
+  s.max_memory = l.max_memory;  // a bound per process
+  std::uint64_t buf = l.buffer_bytes, buf_min = 0;  // the smallest buffer any process fitted
+  check_mpi(MPI_Allreduce(&buf, &buf_min, 1, MPI_UINT64_T, MPI_MIN, comm), transform_op, "MPI_Allreduce");
+  s.buffer_bytes = buf_min;
   std::uint64_t rss = l.peak_rss_bytes, rss_max = 0;
   check_mpi(MPI_Allreduce(&rss, &rss_max, 1, MPI_UINT64_T, MPI_MAX, comm), transform_op, "MPI_Allreduce");
   s.peak_rss_bytes = rss_max;
