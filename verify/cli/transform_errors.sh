@@ -56,6 +56,8 @@ fresh
 expect_error "transform without --dst-dir" 2 "--dst-dir is required" transform --src-dir "$d/src"
 expect_error "bad --format" 2 "--format: zip not in {ckpt,safetensors}" transform --src-dir "$d/src" --dst-dir "$d/out" --format zip
 expect_error "bad --jobs" 2 "--jobs" transform --src-dir "$d/src" --dst-dir "$d/out" --jobs many
+expect_error "bad --max-memory" 2 "--max-memory: not a size: 12XB" transform --src-dir "$d/src" --dst-dir "$d/out" --max-memory 12XB
+expect_error "overflowing --max-memory" 2 "--max-memory: not a size: 99999999999T" transform --src-dir "$d/src" --dst-dir "$d/out" --max-memory 99999999999T
 expect_error "bad --checkpoint" 2 "'rank0.ckpt' is not SRC_RANK=FILE" transform-rank --rank 0 --checkpoint rank0.ckpt --out "$d/x.ckpt"
 expect_error "negative --rank" 2 "--rank" rank-list --rank -1
 expect_error "rank-list without --rank" 2 "--rank is required" rank-list
@@ -64,6 +66,10 @@ expect_error "merge-strategies without --dst-file" 2 "--dst-file is required" me
 
 # bad input: exit 1
 fresh
+fails_cleanly "--max-memory below what the process holds" 1 "transform_checkpoints: max_memory 1 MiB is too small: the process holds" \
+  transform --src-dir "$d/src" --dst-dir "$d/out" --src-strategy "$S" --dst-strategy "$D" --max-memory 1MiB
+fails_cleanly "--max-memory with --read-mode mmap" 1 "max_memory cannot be kept with read_mode mmap" \
+  transform --src-dir "$d/src" --dst-dir "$d/out" --src-strategy "$S" --dst-strategy "$D" --max-memory 1G --read-mode mmap
 fails_cleanly "missing source directory" 1 "source directory $d/nowhere does not exist" \
   transform --src-dir "$d/nowhere" --dst-dir "$d/out" --src-strategy "$S" --dst-strategy "$D"
 rm -r "$d/src/rank_5"
