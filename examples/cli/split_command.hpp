@@ -27,7 +27,7 @@ inline command add_split_command(CLI::App& app) {
   return {sub, [o] {
             const auto s = io::split_checkpoint(o->checkpoint, o->dst_dir, o->dst_strategy, o->prefix,
                                                 transform_options_of(o->flags));
-            print_summary("reshard split", targets_line("split", o->checkpoint, o->dst_dir, s.files, o->flags.format),
+            print_summary("reshard split", targets_line("split", o->checkpoint, o->dst_dir, target_count(s), o->flags.format),
                           s, o->flags.json);
           }};
 }

@@ -69,7 +69,7 @@ inline command add_transform_command(CLI::App& app) {
             const auto s = io::transform_checkpoints(o->src_dir, o->dst_dir, o->prefix, o->src_strategy,
                                                      o->dst_strategy, transform_options_of(o->flags));
             print_summary("reshard transform",
-                          targets_line("transformed", o->src_dir, o->dst_dir, s.files, o->flags.format), s,
+                          targets_line("transformed", o->src_dir, o->dst_dir, target_count(s), o->flags.format), s,
                           o->flags.json);
           }};
 }

@@ -65,7 +65,8 @@ struct transform_flags {
   unsigned jobs = 0;  // auto: io::transform_options::jobs, shared among the processes on this machine
   std::string read_mode = "auto";
   std::string max_memory;  // empty: no bound
-  bool force = false, crc = false, no_verify_crc = false, no_sync = false, progress = false, json = false;
+  bool force = false, crc = false, no_verify_crc = false, no_sync = false, progress = false, json = false,
+       dry_run = false;
 };
 
 inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_format, bool with_jobs) {
@@ -92,6 +93,10 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
   sub->add_flag("--no-sync", f.no_sync,
                 "do not fsync the outputs (scratch outputs only: after a power cut or an OS crash an output "
                 "may be empty or torn under its final name)");
+  sub->add_flag("--dry-run", f.dry_run,
+                "write nothing: read the strategies and the sources' indexes, check, and print per target rank "
+                "the source files read and the bytes from each, the bytes written, the cross-rank bytes against "
+                "their lower bound, and a bound on the peak memory");
   sub->add_flag("--progress", f.progress, "show a progress bar on stderr (the default when stderr is a terminal)");
   sub->add_flag("--json", f.json, "print the summary as JSON");
 }
@@ -149,6 +154,9 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
     o.jobs = std::max(1u, reshard::thread_count(0) / static_cast<unsigned>(std::max(local, 1)));
   }
   o.force = f.force;
+  o.dry_run = f.dry_run;
+  if (f.dry_run && processes().launched && processes().size > 1)
+    throw CLI::ValidationError("--dry-run", "not under mpirun: run it as one process (the plan is the same)");
   o.crc = f.crc;
   o.verify_crc = !f.no_verify_crc;
   o.sync = !f.no_sync;
@@ -161,6 +169,9 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   return o;
 }
 
+/// The target files a summary is about: written, or (dry run) that would be.
+inline std::size_t target_count(const io::transform_summary& s) { return s.preview ? s.preview->targets.size() : s.files; }
+
 /// The first line of split's and transform's summaries: "<verb> FROM -> TO (N target ranks, FORMAT<more>)".
 inline std::string targets_line(const char* verb, const std::string& from, const std::string& to, std::size_t files,
                                 const std::string& format, const std::string& more = "") {
@@ -172,9 +183,61 @@ inline std::string targets_line(const char* verb, const std::string& from, const
 
 /// Prints the warnings on stderr and the summary on stdout (text or JSON). `shares`: the target
 /// ranks of each process, when several processes wrote the files.
+inline void print_preview(const std::string& what, const io::transform_preview& p, bool json) {
+  if (json) {
+    nlohmann::json j;
+    j["dry_run"] = true;
+    j["targets"] = nlohmann::json::array();
+    for (const auto& t : p.targets) {
+      nlohmann::json reads = nlohmann::json::array();
+      for (const auto& [r, b] : t.reads) reads.push_back({{"rank", r}, {"file", p.sources.at(r).string()}, {"bytes", b}});
+      j["targets"].push_back({{"rank", t.rank},
+                              {"file", t.path.string()},
+                              {"reads", reads},
+                              {"bytes_written", t.tensor_bytes},
+                              {"cross_rank_bytes", t.cross_bytes},
+                              {"lower_bound_bytes", t.lower_bound_bytes}});
+    }
+    j["source_files"] = p.sources.size();
+    j["bytes_read"] = p.bytes_read;
+    j["bytes_written"] = p.bytes_written;
+    j["cross_rank_bytes"] = p.cross_bytes;
+    j["lower_bound_bytes"] = p.lower_bound_bytes;
+    j["jobs"] = p.jobs;
+    j["buffer_bytes"] = p.buffer_bytes;
+    j["peak_memory_bound_bytes"] = p.peak_memory_bound;
+    j["warnings"] = p.warnings;
+    print_json(std::cout, j);
+    return;
+  }
+  const auto mib = [](std::uint64_t b) { return progress_bar::short_bytes(static_cast<double>(b)); };
+  const auto sp = what.find(' ');  // "transformed A -> B (...)": "A -> B (...) would be transformed"
+  std::cout << "dry run, nothing written: "
+            << (sp == std::string::npos ? what : what.substr(sp + 1) + " would be " + what.substr(0, sp)) << '\n';
+  for (const auto& t : p.targets) {
+    std::cout << "  rank " << t.rank << " -> " << t.path.string() << ": writes " << mib(t.tensor_bytes)
+              << ", cross-rank " << mib(t.cross_bytes) << " (lower bound " << mib(t.lower_bound_bytes) << ")\n"
+              << "    reads";
+    std::size_t k = 0;
+    for (const auto& [r, b] : t.reads) std::cout << (k++ ? ", " : " ") << "rank " << r << ": " << mib(b);
+    std::cout << '\n';
+  }
+  std::cout << "  total           " << p.sources.size() << " source file" << (p.sources.size() == 1 ? "" : "s")
+            << " read, " << format_bytes(static_cast<double>(p.bytes_read)) << "; written "
+            << format_bytes(static_cast<double>(p.bytes_written)) << '\n'
+            << "  cross-rank      " << format_bytes(static_cast<double>(p.cross_bytes)) << ", lower bound "
+            << format_bytes(static_cast<double>(p.lower_bound_bytes)) << '\n'
+            << "  memory          at most " << format_bytes(static_cast<double>(p.peak_memory_bound)) << " (" << p.jobs
+            << (p.jobs == 1 ? " job" : " jobs") << ", chunk buffers of " << mib(p.buffer_bytes) << ")\n";
+}
+
 inline void print_summary(const std::string& prog, const std::string& what, const io::transform_summary& s,
                           bool json, const std::vector<std::vector<std::int64_t>>* shares = nullptr) {
   for (const auto& w : s.warnings) std::cerr << prog << ": warning: " << w << '\n';
+  if (s.preview) {
+    print_preview(what, *s.preview, json);
+    return;
+  }
   if (json) {
     nlohmann::json j;
     j["files"] = s.files;

@@ -134,7 +134,32 @@ struct transform_options {
   /// kept) into what is left; it is an error when even one job with the smallest buffer does
   /// not fit. The summary reports the budget, the jobs and buffer chosen, and the peak.
   std::uint64_t max_memory = 0;
+  /// Read the strategies and the sources' indexes, check, and report what would be read and
+  /// written (transform_summary::preview) without reading tensor data or writing anything.
+  bool dry_run = false;
   std::function<void(const transform_progress&)> progress{};  ///< called as parameters are written
+};
+
+/// What a transform would do for one target file (transform_job::preview).
+struct target_preview {
+  index_t rank = 0;
+  std::filesystem::path path;
+  std::uint64_t tensor_bytes = 0;              ///< tensor bytes the file would hold
+  std::map<index_t, std::uint64_t> reads;      ///< source rank -> tensor bytes read from its file
+  std::uint64_t cross_bytes = 0;               ///< of those, bytes from the files of other ranks than `rank`
+  std::uint64_t lower_bound_bytes = 0;         ///< bytes that source rank `rank` does not hold: the least cross_bytes
+};
+
+/// What a transform would do: per target, what it reads from which source file and writes; the
+/// totals; the jobs, the buffer and a bound on the peak memory of the real run.
+struct transform_preview {
+  std::vector<target_preview> targets;
+  std::map<index_t, std::filesystem::path> sources;  ///< the source files read (rank -> file)
+  std::uint64_t bytes_read = 0, bytes_written = 0, cross_bytes = 0, lower_bound_bytes = 0;  ///< totals
+  unsigned jobs = 1;
+  std::uint64_t buffer_bytes = 0;
+  std::uint64_t peak_memory_bound = 0;  ///< what the process holds now + the jobs' buffers at most
+  std::vector<std::string> warnings;
 };
 
 /// What a transform did.
@@ -156,6 +181,7 @@ struct transform_summary {
   bool synced = true;                 ///< the outputs were fsynced (transform_options::sync)
   std::vector<std::filesystem::path> outputs;  ///< the files written, by target rank
   std::vector<std::string> warnings;  ///< things done that the caller may not expect
+  std::optional<transform_preview> preview;  ///< transform_options::dry_run: what would be done
 
   /// Bytes written per second.
   double throughput() const noexcept { return seconds > 0 ? static_cast<double>(bytes_written) / seconds : 0.0; }
@@ -424,8 +450,65 @@ class transform_job {
     return s;
   }
 
+  /// Instead of check(), stage() and commit(): what the run would read and write, from the
+  /// strategies and the sources' indexes alone. The checks of check() that need no tensor data
+  /// run (existing outputs, strategies, shapes, dtypes, the files each target needs); the CRC
+  /// trailers are not verified (that reads every byte) and nothing is written.
+  transform_preview preview() {
+    RESHARD_EXPECTS(!checked_, "transform_job: preview() after check()");
+    start_ = std::chrono::steady_clock::now();
+    check_outputs();
+    previewing_ = true;
+    prepare();
+    fit_memory();
+    checked_ = committed_ = true;  // nothing to stage
+    transform_preview pv;
+    for (const auto& t : targets_) {
+      target_preview tp{t.rank, t.path, 0, {}, 0, 0};
+      for_each_item(t.rank, [&](out_item& it) {
+        const std::uint64_t bytes = item_bytes(t.rank, it);
+        tp.tensor_bytes += bytes;
+        if (!it.p || !it.p->src) {  // not in the source strategy: whole from the base file t % M
+          tp.reads[it.base] += bytes;
+          if (it.base != t.rank) tp.cross_bytes += bytes, tp.lower_bound_bytes += bytes;
+          return;
+        }
+        const std::size_t elem = element_size(it.p->type);
+        const box tb = target_box(it, t.rank);
+        for (const piece& pc : pieces_of(it, t.rank, tb)) {
+          const auto b = static_cast<std::uint64_t>(volume(pc.where)) * elem;
+          tp.reads[pc.rank] += b;
+          if (pc.rank != t.rank) tp.cross_bytes += b;
+        }
+        const partition& src = (it.dst ? *it.dst->planner : *it.p->whole).source();
+        const std::uint64_t held =
+            src.has_rank(t.rank) && available(t.rank)
+                ? static_cast<std::uint64_t>(volume(intersect(src.box_of_rank(t.rank), tb))) * elem
+                : 0;
+        tp.lower_bound_bytes += bytes - held;
+      });
+      for (const auto& [r, b] : tp.reads) pv.sources.emplace(r, files_.at(r)), pv.bytes_read += b;
+      pv.bytes_written += tp.tensor_bytes;
+      pv.cross_bytes += tp.cross_bytes;
+      pv.lower_bound_bytes += tp.lower_bound_bytes;
+      pv.targets.push_back(std::move(tp));
+    }
+    pv.jobs = threads();
+    pv.buffer_bytes = opts_.buffer_bytes;
+    pv.peak_memory_bound = current_rss_bytes() + pv.jobs * (job_memory(opts_.buffer_bytes) + job_slack);
+    pv.warnings = warnings_;
+    return pv;
+  }
+
   /// check(), stage(), commit().
   transform_summary run() {
+    if (opts_.dry_run) {
+      transform_summary s;
+      s.preview = preview();
+      finish(s);
+      s.synced = false;  // nothing was written
+      return s;
+    }
     check();
     stage();
     return commit();
@@ -581,7 +664,7 @@ class transform_job {
     }
     bytes_total_ = total;
     check_opened();
-    verify_crcs();
+    if (!previewing_) verify_crcs();
   }
 
   // The parameters to slice (params_), from the strategies and the targets' base files.
@@ -1357,6 +1440,7 @@ class transform_job {
   std::vector<std::filesystem::path> created_dirs_;
   std::set<index_t> shape_hint_;
   bool collected_ = false;
+  bool previewing_ = false;  // preview(): no CRC verification
   std::unique_ptr<std::mutex> progress_mutex_ = std::make_unique<std::mutex>();
   std::uint64_t bytes_total_ = 0, bytes_done_ = 0;
   std::size_t files_done_ = 0;

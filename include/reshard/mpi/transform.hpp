@@ -355,6 +355,9 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   const detail::comm_info c = detail::expect_comm(comm, transform_op);
   const int me = c.me, size = c.size;
   const auto start = std::chrono::steady_clock::now();
+  if (opts.dry_run)  // the same on every process: all refuse together
+    reshard::report_error(std::string(transform_op) + ": dry_run is not supported across processes; preview with "
+                     "io::transform_checkpoints in one process (the plan does not depend on the processes)");
 
   // 1. process 0 sizes the targets; everyone learns the sizes and whether to relay progress
   std::vector<std::uint64_t> bytes;
