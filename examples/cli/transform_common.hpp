@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -65,6 +66,8 @@ struct transform_flags {
   unsigned jobs = 0;  // auto: io::transform_options::jobs, shared among the processes on this machine
   std::string read_mode = "auto";
   std::string max_memory;  // empty: no bound
+  std::vector<std::string> include, exclude, rename;
+  std::string rename_map;
   bool force = false, crc = false, no_verify_crc = false, no_sync = false, progress = false, json = false,
        dry_run = false;
 };
@@ -93,6 +96,19 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
   sub->add_flag("--no-sync", f.no_sync,
                 "do not fsync the outputs (scratch outputs only: after a power cut or an OS crash an output "
                 "may be empty or torn under its final name)");
+  sub->add_option("--include", f.include,
+                  "write only the parameters matching this glob (*, ?, [...]; repeatable; default: all)");
+  sub->add_option("--exclude", f.exclude, "leave out the parameters matching this glob (repeatable)");
+  sub->add_option("--rename", f.rename,
+                  "REGEX=REPLACEMENT (split at the first '='): rename the parameters in which the ECMAScript "
+                  "REGEX is found, every match replaced ($1: its first group); repeatable, the first rule that "
+                  "matches applies")
+      ->check([](const std::string& v) {
+        return v.find('=') == std::string::npos || v.front() == '=' ? "not REGEX=REPLACEMENT: " + v : std::string();
+      });
+  sub->add_option("--rename-map", f.rename_map,
+                  "a JSON file {\"old name\": \"new name\", ...}; applied before the --rename rules")
+      ->check(CLI::ExistingFile);
   sub->add_flag("--dry-run", f.dry_run,
                 "write nothing: read the strategies and the sources' indexes, check, and print per target rank "
                 "the source files read and the bytes from each, the bytes written, the cross-rank bytes against "
@@ -155,6 +171,29 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   }
   o.force = f.force;
   o.dry_run = f.dry_run;
+  o.names.include = f.include;
+  o.names.exclude = f.exclude;
+  for (const auto& r : f.rename) {
+    const auto eq = r.find('=');
+    o.names.rename.emplace_back(r.substr(0, eq), r.substr(eq + 1));
+  }
+  if (!f.rename_map.empty()) {
+    std::ifstream in(f.rename_map);
+    nlohmann::json j;
+    try {
+      in >> j;
+    } catch (const nlohmann::json::exception& e) {
+      std::string why = e.what();  // "[json.exception.parse_error.101] parse error at ...": the part after "] "
+      if (const auto k = why.find("] "); k != std::string::npos) why.erase(0, k + 2);
+      report_error("--rename-map " + f.rename_map + ": not JSON: " + why);
+    }
+    if (!j.is_object()) report_error("--rename-map " + f.rename_map + ": not a JSON object {\"old\": \"new\", ...}");
+    for (const auto& [from, to] : j.items()) {
+      if (!to.is_string())
+        report_error("--rename-map " + f.rename_map + ": the new name of " + io::detail::quote_name(from) + " is not a string");
+      o.names.rename_exact[from] = to.get<std::string>();
+    }
+  }
   if (f.dry_run && processes().launched && processes().size > 1)
     throw CLI::ValidationError("--dry-run", "not under mpirun: run it as one process (the plan is the same)");
   o.crc = f.crc;

@@ -70,6 +70,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <regex>
 #include <set>
 #include <span>
 #include <string>
@@ -79,6 +80,7 @@
 #include <utility>
 #include <vector>
 
+#include <fnmatch.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -97,6 +99,22 @@ struct transform_progress {
   std::uint64_t bytes_total = 0;    ///< tensor bytes to write, all targets
   std::size_t files_done = 0;       ///< target files complete
   std::size_t files_total = 0;
+};
+
+/// Which parameters a transform writes, and under which names (MindSpore's choice_func and
+/// name_map). A parameter is written when it matches an `include` glob (or there is none) and no
+/// `exclude` glob (fnmatch(3) patterns over the whole name: `*`, `?`, `[...]`). Its output name
+/// is `rename_exact`'s entry for it, else the result of the first `rename` rule whose ECMAScript
+/// regex is found in it (every match replaced; `$1` in the replacement is the first group), else
+/// its own. Checked before anything is written: every pattern, regex and exact name must match a
+/// parameter of the sources, no two parameters may get the same name, and with a target strategy
+/// every renamed parameter must be in it (under its new name).
+struct name_rules {
+  std::vector<std::string> include;
+  std::vector<std::string> exclude;
+  std::vector<std::pair<std::string, std::string>> rename;  ///< (regex, replacement), in order
+  std::map<std::string, std::string> rename_exact;          ///< old name -> new name
+  bool empty() const noexcept { return include.empty() && exclude.empty() && rename.empty() && rename_exact.empty(); }
 };
 
 /// How the engine reads the source tensors.
@@ -134,6 +152,8 @@ struct transform_options {
   /// kept) into what is left; it is an error when even one job with the smallest buffer does
   /// not fit. The summary reports the budget, the jobs and buffer chosen, and the peak.
   std::uint64_t max_memory = 0;
+  /// Which parameters are written, under which names (see name_rules).
+  name_rules names{};
   /// Read the strategies and the sources' indexes, check, and report what would be read and
   /// written (transform_summary::preview) without reading tensor data or writing anything.
   bool dry_run = false;
@@ -342,7 +362,9 @@ struct out_item {
   const tensor_ref* raw = nullptr;  // raw copy (or the unlisted source of a sliced parameter)
   const target_plan* dst = nullptr;  // null: the whole tensor
   index_t base = 0;                 // source rank t % M
-  std::string_view name() const { return p ? std::string_view(p->name) : std::string_view(raw->name); }
+  std::string_view out;             // the output name (name_rules), when it differs
+  std::string_view source_name() const { return p ? std::string_view(p->name) : std::string_view(raw->name); }
+  std::string_view name() const { return out.empty() ? source_name() : out; }
 };
 
 
@@ -680,26 +702,30 @@ class transform_job {
                      "there), but no file was given for it");
       open(base);
     }
+    apply_name_rules();
     // Sliced parameters listed in the source strategy.
     for (const auto& name : src_.names()) {
+      if (!selected(name)) continue;
       auto& p = params_[name];
       p.name = name;
       p.src_entries = src_.find(name);
-      p.dst_entries = dst_.present() ? dst_.find(name) : nullptr;
+      p.dst_entries = dst_.present() ? dst_.find(output_name(name)) : nullptr;
     }
     // Parameters of the base files that only the target strategy lists.
     for (const auto& t : targets_) {
       const auto& rd = open(t.rank % M_);
       for (const auto& e : rd.entries()) {
-        if (src_.find(e.name) || !dst_.present() || !dst_.find(e.name)) continue;
+        if (!selected(e.name) || src_.find(e.name) || !dst_.present() || !dst_.find(output_name(e.name))) continue;
         auto& p = params_[e.name];
         p.name = e.name;
-        p.dst_entries = dst_.find(e.name);
+        p.dst_entries = dst_.find(output_name(e.name));
       }
     }
     if (dst_.present()) {
+      std::set<std::string_view> outputs;
+      for (const auto& [name, p] : params_) outputs.insert(output_name(name));
       for (const auto& name : dst_.names()) {
-        if (params_.count(name)) continue;
+        if (outputs.count(name) || excluded_.count(name)) continue;
         warnings_.push_back("parameter " + quote_name(name) + " of the target strategy " + dst_.source() +
                             " is in no source (not in the source strategy, nor in the source file of rank " +
                             std::to_string(targets_.empty() ? 0 : targets_.front().rank % M_) + "): not written");
@@ -723,6 +749,90 @@ class transform_job {
 
   static std::string quote_name(std::string_view n) { return detail::quote_name(n); }
 
+  // -- name_rules
+  // Decides the selected parameters and their output names (renamed_), from every parameter of
+  // the sources (the source strategy's and the targets' base files'), and checks the rules.
+  void apply_name_rules() {
+    const name_rules& nr = opts_.names;
+    if (nr.empty()) return;
+    selecting_ = true;
+    std::set<std::string, std::less<>> all;
+    for (const auto& name : src_.names()) all.insert(name);
+    std::set<index_t> bases;
+    for (const auto& t : targets_) bases.insert(t.rank % M_);
+    for (index_t b : bases)
+      for (const auto& e : open(b).entries()) all.insert(e.name);
+    std::vector<std::regex> res;
+    for (const auto& [re, with] : nr.rename) {
+      try {
+        res.emplace_back(re, std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        report_error(op_ + ": rename " + quote_name(re) + ": not a regular expression: " + e.what());
+      }
+    }
+    std::vector<std::size_t> inc(nr.include.size()), exc(nr.exclude.size()), ren(nr.rename.size());
+    std::map<std::string, std::string, std::less<>> owner;  // output name -> source name
+    const auto glob = [](const std::string& pattern, const std::string& name) {
+      return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+    };
+    for (const auto& name : all) {
+      bool in = nr.include.empty(), out = false;
+      for (std::size_t i = 0; i < nr.include.size(); ++i)
+        if (glob(nr.include[i], name)) in = true, ++inc[i];
+      for (std::size_t i = 0; i < nr.exclude.size(); ++i)
+        if (glob(nr.exclude[i], name)) out = true, ++exc[i];
+      std::string to = name;
+      if (auto x = nr.rename_exact.find(name); x != nr.rename_exact.end()) {
+        to = x->second;
+      } else {
+        for (std::size_t i = 0; i < res.size(); ++i)
+          if (std::regex_search(name, res[i])) {
+            to = std::regex_replace(name, res[i], nr.rename[i].second);
+            ++ren[i];
+            break;
+          }
+      }
+      if (!in || out) {
+        excluded_.insert(name);
+        continue;
+      }
+      if (to.empty()) report_error(op_ + ": rename gives parameter " + quote_name(name) + " an empty name");
+      if (auto [at, fresh] = owner.emplace(to, name); !fresh)
+        report_error(op_ + ": parameters " + quote_name(at->second) + " and " + quote_name(name) +
+                     " would both be written as " + quote_name(to) + " (check the rename rules)");
+      renamed_.emplace(name, std::move(to));
+    }
+    const auto none = [&](const char* what, const std::string& pattern) {
+      report_error(op_ + ": " + what + " " + quote_name(pattern) + " matches no parameter of the sources (" +
+                   std::to_string(all.size()) + " parameters; `reshard inspect` lists them)");
+    };
+    for (std::size_t i = 0; i < inc.size(); ++i)
+      if (!inc[i]) none("include pattern", nr.include[i]);
+    for (std::size_t i = 0; i < exc.size(); ++i)
+      if (!exc[i]) none("exclude pattern", nr.exclude[i]);
+    for (std::size_t i = 0; i < ren.size(); ++i)
+      if (!ren[i]) none("rename rule", nr.rename[i].first);
+    for (const auto& [from, to] : nr.rename_exact)
+      if (!all.count(from)) none("renamed parameter", from);
+    if (renamed_.empty()) report_error(op_ + ": the include and exclude patterns select no parameter");
+    if (dst_.present())
+      for (const auto& [from, to] : renamed_)
+        if (from != to && !dst_.find(to))
+          report_error(op_ + ": parameter " + quote_name(from) + " is renamed " + quote_name(to) +
+                       ", which the target strategy " + dst_.source() + " does not list");
+  }
+  bool selected(std::string_view name) const { return !selecting_ || renamed_.count(name) != 0; }
+  std::string_view output_name(std::string_view name) const {
+    if (!selecting_) return name;
+    const auto it = renamed_.find(name);
+    return it == renamed_.end() ? name : std::string_view(it->second);
+  }
+  // it.out: the output name when it differs from the source's
+  void name_item(out_item& it) const {
+    const auto o = output_name(it.source_name());
+    it.out = o == it.source_name() ? std::string_view() : o;
+  }
+
   // Calls f(item) for each parameter target `t` gets, in output order: the base file's order,
   // then the other listed parameters in strategy order.
   template <class F>
@@ -735,9 +845,11 @@ class transform_job {
       it.base = base;
       if (!slice_applies(p, t, it)) return;
       if (!p.src_entries) it.raw = rd.find(p.name);
+      name_item(it);
       f(it);
     };
     for (const auto& e : rd.entries()) {
+      if (!selected(e.name)) continue;
       auto pit = params_.find(e.name);
       if (pit != params_.end()) {
         visit_listed(pit->second);
@@ -745,11 +857,12 @@ class transform_job {
         out_item it;
         it.raw = &e;
         it.base = base;
+        name_item(it);
         f(it);
       }
     }
     for (const auto& name : src_.names())
-      if (!rd.find(name)) visit_listed(params_.at(name));
+      if (selected(name) && !rd.find(name)) visit_listed(params_.at(name));
   }
 
   // Does sliced parameter p go to target t, and with which layout (it.dst)?
@@ -1272,10 +1385,10 @@ class transform_job {
 
   void write_raw(sink& out, const out_item& it, transform_summary& s) {
     const tensor_ref& e = *it.raw;
-    if (out.ckpt && e.ckpt) {
+    if (out.ckpt && e.ckpt && it.out.empty()) {  // the serialized Value as it is (same name)
       out.ckpt->write_raw(*e.ckpt);
     } else {
-      out.begin(e.name, e.type, e.dims, e.content_size());
+      out.begin(it.name(), e.type, e.dims, e.content_size());
       for (auto p : e.pieces) out.append(p);
       out.end();
     }
@@ -1291,7 +1404,7 @@ class transform_job {
     const box tb = target_box(it, t);
     std::vector<std::int64_t> dims = p.scalar ? p.scalar_dims : tb.extent.to_vector();
     const std::uint64_t total = static_cast<std::uint64_t>(volume(tb)) * elem;
-    out.begin(p.name, p.type, dims, total);
+    out.begin(it.name(), p.type, dims, total);
     const auto pieces = pieces_of(it, t, tb);
     struct src_view {
       index_t rank;
@@ -1441,6 +1554,9 @@ class transform_job {
   std::set<index_t> shape_hint_;
   bool collected_ = false;
   bool previewing_ = false;  // preview(): no CRC verification
+  bool selecting_ = false;   // name_rules given: renamed_ holds the selected parameters
+  std::map<std::string, std::string, std::less<>> renamed_;  // selected source name -> output name
+  std::set<std::string, std::less<>> excluded_;              // the parameters the rules leave out
   std::unique_ptr<std::mutex> progress_mutex_ = std::make_unique<std::mutex>();
   std::uint64_t bytes_total_ = 0, bytes_done_ = 0;
   std::size_t files_done_ = 0;
