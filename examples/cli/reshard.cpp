@@ -29,6 +29,7 @@
 #include "split_command.hpp"
 #include "transform_command.hpp"
 #include "transform_rank_command.hpp"
+#include "verify_command.hpp"
 #include "reshard/version.hpp"
 
 namespace {
@@ -54,6 +55,7 @@ int run(int argc, char** argv) {
       cli::add_merge_command(app),
       cli::add_split_command(app),
       cli::add_convert_command(app),
+      cli::add_verify_command(app),
   };
 
   // "reshard plan" when a subcommand was given, for messages

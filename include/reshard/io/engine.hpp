@@ -182,6 +182,23 @@ struct transform_preview {
   std::vector<std::string> warnings;
 };
 
+/// One way a written checkpoint differs from what its sources make (transform_job::verify).
+struct verify_mismatch {
+  std::filesystem::path file;
+  std::string parameter;  ///< empty: the file as a whole
+  std::string what;       ///< "missing", "dtype Float16, expected Float32", "differs from element 12", ...
+};
+
+/// What transform_job::verify found.
+struct verify_report {
+  std::size_t files = 0;       ///< target files checked
+  std::size_t tensors = 0;     ///< tensors compared
+  std::uint64_t bytes = 0;     ///< tensor bytes compared
+  double seconds = 0;
+  std::vector<verify_mismatch> mismatches;  ///< every file and parameter that differs, by target
+  bool ok() const noexcept { return mismatches.empty(); }
+};
+
 /// What a transform did.
 struct transform_summary {
   std::size_t files = 0;              ///< target files written
@@ -1129,9 +1146,57 @@ class transform_job {
     index_t rank = 0;             // memory: the target's
     std::span<std::byte> tensor;  // memory: the current tensor's
     std::size_t filled = 0;       // and the bytes of it written
+    struct comparison {           // verify: the file the bytes are compared with
+      const checkpoint_reader* rd = nullptr;
+      std::vector<verify_mismatch>* found = nullptr;
+      std::set<std::string, std::less<>> seen;  // the parameters expected
+      const tensor_ref* e = nullptr;            // the current one's tensor in the file (null: skip)
+      std::vector<std::uint64_t> starts;
+      std::uint64_t at = 0;
+      std::size_t elem = 1;
+      std::string name;
+      std::vector<std::byte> scratch;
+      std::uint64_t bytes = 0;
+      void differ(std::string what) { found->push_back({rd->path(), name, std::move(what)}), e = nullptr; }
+    };
+    std::optional<comparison> compare;
     void begin(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) {
       if (ckpt) ckpt->begin(name, type, dims, bytes);
       if (memory) tensor = (*memory)(rank, name, type, dims, bytes), filled = 0;
+      if (compare) begin_compare(name, type, dims, bytes);
+    }
+    void begin_compare(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) {
+      auto& c = *compare;
+      c.name = std::string(name);
+      c.seen.insert(c.name);
+      c.at = 0;
+      c.elem = element_size(type);
+      c.e = c.rd->find(name);
+      if (!c.e) return c.differ("missing");
+      if (c.e->type != type)
+        return c.differ("dtype " + std::string(ms_name(c.e->type)) + ", expected " + std::string(ms_name(type)));
+      if (!std::equal(c.e->dims.begin(), c.e->dims.end(), dims.begin(), dims.end()))
+        return c.differ("dims " + format_dims(c.e->dims) + ", expected " +
+                        format_dims(std::vector<std::int64_t>(dims.begin(), dims.end())));
+      if (c.e->content_size() != bytes)
+        return c.differ(std::to_string(c.e->content_size()) + " bytes, expected " + std::to_string(bytes));
+      c.starts.clear();
+      std::uint64_t at = 0;
+      for (auto q : c.e->pieces) c.starts.push_back(at), at += q.size();
+    }
+    void append_compare(std::span<const std::byte> b) {
+      auto& c = *compare;
+      const std::uint64_t at = c.at;
+      c.at += b.size();
+      if (!c.e || b.empty()) return;
+      c.scratch.resize(b.size());
+      copy_from_pieces(c.e->pieces, c.starts, at, c.scratch.data(), b.size());
+      for_each_stored(c.e->pieces, c.starts, at, b.size(), [](std::span<const std::byte> r) { release_pages(r); });
+      c.bytes += b.size();
+      if (std::memcmp(c.scratch.data(), b.data(), b.size()) == 0) return;
+      std::size_t i = 0;
+      while (c.scratch[i] == b[i]) ++i;
+      c.differ("differs from element " + std::to_string((at + i) / c.elem) + " (byte " + std::to_string(at + i) + ")");
     }
     // memory: where the next n bytes go, for the engine to assemble them in place (then append()
     // them from there); otherwise nullptr.
@@ -1142,6 +1207,8 @@ class transform_job {
     void append(std::span<const std::byte> b) {
       if (ckpt) {
         ckpt->append(b);
+      } else if (compare) {
+        append_compare(b);
       } else if (st) {
         st->append(b);
       } else {
@@ -1160,6 +1227,61 @@ class transform_job {
     std::filesystem::path part, final;
     bool written = false;  // a staged file exists
   };
+
+ public:
+  /// Instead of stage() and commit(): checks the targets' files, which must exist, against what
+  /// the sources make, with the same plans, reads and copy jobs as writing them, in chunks
+  /// compared with the files' bytes (bounded memory: each chunk's pages of the file are released
+  /// after it). Reports every difference (a missing or unreadable file, a missing, extra or
+  /// differently typed or shaped parameter, the first differing element of a tensor, a wrong
+  /// crc_num trailer) instead of throwing; bad sources and strategies are errors as for a run.
+  verify_report verify() {
+    RESHARD_EXPECTS(!checked_, "transform_job: verify() after check()");
+    start_ = std::chrono::steady_clock::now();
+    prepare();
+    fit_memory();
+    checked_ = committed_ = true;
+    std::vector<std::vector<verify_mismatch>> per(targets_.size());
+    std::vector<std::size_t> tensors(targets_.size());
+    std::vector<std::uint64_t> bytes(targets_.size());
+    reshard::parallel_for(targets_.size(), threads(), [&](std::size_t i) {
+      const transform_target& t = targets_[i];
+      auto& found = per[i];
+      std::unique_ptr<checkpoint_reader> rd;
+      try {
+        std::error_code ec;
+        if (!std::filesystem::exists(t.path, ec)) {
+          found.push_back({t.path, {}, "missing file"});
+          return;
+        }
+        rd = std::make_unique<checkpoint_reader>(t.path);
+        rd->verify_crc();
+      } catch (const reshard::error& e) {
+        found.push_back({t.path, {}, std::string("cannot be read: ") + e.what()});
+        return;
+      }
+      sink out;
+      out.compare.emplace();
+      out.compare->rd = rd.get();
+      out.compare->found = &found;
+      const transform_summary s = fill_target(t, out);
+      tensors[i] = s.sliced + s.copied;
+      bytes[i] = out.compare->bytes;
+      for (const auto& e : rd->entries())
+        if (!out.compare->seen.count(e.name)) found.push_back({t.path, e.name, "not expected (no source makes it)"});
+    });
+    verify_report r;
+    for (std::size_t i = 0; i < per.size(); ++i) {
+      r.files += 1;
+      r.tensors += tensors[i];
+      r.bytes += bytes[i];
+      for (auto& m : per[i]) r.mismatches.push_back(std::move(m));
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    return r;
+  }
+
+ private:
 
   // Creates the missing parent directories of the outputs, remembering them for the cleanup.
   void make_directories() {

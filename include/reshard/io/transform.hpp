@@ -6,6 +6,7 @@
 //   transform_checkpoint_by_rank(rank, {src_rank: file}, out_file, src, dst)      one target rank
 //   rank_list_for_transform(rank, src_strategy, dst_strategy)                     its source ranks
 //   load_checkpoint_by_rank(rank, {src_rank: file}, src, dst, allocate)           one rank, in memory
+//   verify_checkpoints(src_dir, dst_dir, prefix, src_strategy, dst_strategy)      outputs vs sources
 //   merge_checkpoints(src_dir, out_file, src_strategy)                            all ranks -> one file
 //   split_checkpoint(file, dst_dir, dst_strategy)                                 one file -> ranks
 //   convert_checkpoint(in_file, out_file)                                         ckpt <-> safetensors
@@ -70,6 +71,25 @@ inline transform_summary transform_checkpoints(const std::filesystem::path& src_
   return transform_job(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, op,
                        std::move(warnings))
       .run();
+}
+
+/// Checks the distributed checkpoint `dst_dir` (the files transform_checkpoints would write
+/// there: `opts.format`, `prefix`) against its sources: every target tensor is made again from
+/// `src_dir` by the same plans and compared byte for byte, in chunks (bounded memory). Returns
+/// every difference; see transform_job::verify.
+inline verify_report verify_checkpoints(const std::filesystem::path& src_dir, const std::filesystem::path& dst_dir,
+                                        std::string_view prefix, const std::filesystem::path& src_strategy,
+                                        const std::filesystem::path& dst_strategy, const transform_options& opts = {}) {
+  const std::string op = "verify_checkpoints";
+  strategy_layouts src(src_strategy), dst(dst_strategy);
+  std::vector<std::string> warnings;
+  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
+  std::vector<transform_target> targets;
+  for (index_t t = 0; t < dst.ranks(); ++t)
+    targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
+  return transform_job(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, op,
+                       std::move(warnings))
+      .verify();
 }
 
 /// Writes target rank `rank`'s checkpoint `out_file` (ckpt, or safetensors if its name ends in
