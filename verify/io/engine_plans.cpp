@@ -286,6 +286,47 @@ RC_GTEST_PROP(engine_plans, outputs_are_convert_of_the_round_robin_plan, ()) {
       RC_ASSERT(content(*e) == expected(s, p, t));
     }
   }
+  // verify: the outputs match; a flipped byte of one tensor is found at its element, and only there
+  const verify_report ok = verify_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt",
+                                              dir / "dst_strategy.ckpt", {.buffer_bytes = 64});
+  RC_ASSERT(ok.ok());
+  RC_ASSERT(ok.files == static_cast<std::size_t>(s.N()));
+  {
+    const index_t victim = *rc::gen::inRange<index_t>(0, s.N());
+    const fs::path f = rank_checkpoint_path(dir / "out", "c_", victim, checkpoint_format::ckpt);
+    std::uint64_t at = 0, elem_index = 0;
+    std::string name;
+    {
+      checkpoint_reader rd(f);
+      std::vector<const tensor_ref*> nonempty;
+      for (const auto& e : rd.entries())
+        if (e.content_size() > 0 && e.type == dtype::int64) nonempty.push_back(&e);
+      RC_PRE(!nonempty.empty());
+      const tensor_ref& e = **rc::gen::elementOf(nonempty);
+      const std::uint64_t byte = *rc::gen::inRange<std::uint64_t>(0, e.content_size());
+      std::uint64_t k = byte;
+      for (auto piece : e.pieces) {  // the file offset of content byte `byte`
+        if (k < piece.size()) {
+          at = rd.offset_of(piece.data() + k);
+          break;
+        }
+        k -= piece.size();
+      }
+      name = e.name;
+      elem_index = byte / 8;
+    }
+    auto bytes = reshard_test::read_bytes(f);
+    bytes[static_cast<std::size_t>(at)] ^= std::byte{0x10};
+    reshard_test::write_bytes(f, bytes);
+    const verify_report bad = verify_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt",
+                                                 dir / "dst_strategy.ckpt", {.buffer_bytes = 64});
+    RC_ASSERT(bad.mismatches.size() == 1u);
+    RC_ASSERT(bad.mismatches[0].file == f);
+    RC_ASSERT(bad.mismatches[0].parameter == name);
+    RC_ASSERT(bad.mismatches[0].what.rfind("differs from element " + std::to_string(elem_index) + " ", 0) == 0);
+    bytes[static_cast<std::size_t>(at)] ^= std::byte{0x10};
+    reshard_test::write_bytes(f, bytes);
+  }
   // one target alone, from exactly the files rank_list_for_transform names
   const index_t t = *rc::gen::inRange<index_t>(0, s.N());
   std::map<std::int64_t, fs::path> files;
