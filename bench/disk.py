@@ -26,8 +26,8 @@ protobuf strategy files are generated. Then, --runs times, interleaved:
                                       --read-mode mmap
 
 The outputs are removed between runs, untimed, followed on a disk by `sync` and a second's pause so
-that no write-back of an earlier run falls into the next; the order of the tools rotates from run
-to run. The sources are warm (the page cache cannot be
+that no write-back of an earlier run falls into the next; the order of the tools is shuffled
+(a fixed seed) from run to run. The sources are warm (the page cache cannot be
 dropped in a container). Wall time around the process (median [min–max] of the runs), the ratio to
 the floor of the filesystem (cp -r on tmpfs, cp -r + sync elsewhere: reshard fsyncs its outputs;
 on a disk the ratio to plain cp -r as well), peak RSS by /usr/bin/time (its wait4 ru_maxrss; else
@@ -47,6 +47,7 @@ import argparse
 import ctypes
 import math
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -213,9 +214,13 @@ def bench_case(args, fs, work, src, strategies, case, size_label, params, mods, 
 
     clean(copy)
     clean(out)
+    rng = random.Random(20261124)
     for i in range(args.runs):  # interleaved: a change of the machine's load hits every tool alike
-        turn = i % len(tools)  # and rotated: no tool always follows the same one
-        for key, cmd, dst in tools[turn:] + tools[:turn]:
+        # and shuffled: no tool always follows the same one (a rotation keeps the cyclic order, and
+        # the tool after `cp -r + sync` then always ran while the disk freed that copy's blocks)
+        order = list(tools)
+        rng.shuffle(order)
+        for key, cmd, dst in order:
             s = scale_ranks.run(cmd, args.timeout)
             samples[key].append(s)
             log("  %s %s run %d %-22s %s" % (size_label, case, i + 1, key, "%.3f s, %s" % (
