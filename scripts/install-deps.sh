@@ -13,6 +13,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin
   python3 python3-protobuf python3-numpy
+  pybind11-dev python3-dev python3-pytest python3-hypothesis python3-tqdm
   strace util-linux
 )
 

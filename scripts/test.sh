@@ -19,6 +19,7 @@ cmake -S . -B "$build_dir" \
   -DRESHARD_BUILD_BENCH=ON \
   -DRESHARD_BUILD_EXAMPLES=ON \
   -DRESHARD_BUILD_CLI=ON \
-  -DRESHARD_BUILD_FUZZ=ON
+  -DRESHARD_BUILD_FUZZ=ON \
+  -DRESHARD_BUILD_PYTHON=ON
 cmake --build "$build_dir" -j "$jobs"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"

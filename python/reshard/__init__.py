@@ -1,0 +1,248 @@
+"""reshard: layouts of distributed tensors, minimal redistribution plans, and MindSpore checkpoint
+conversion, from Python.
+
+The algebra (in memory, numpy arrays of any dtype):
+
+    Layout(dev_matrix, tensor_map, shape, ...)    MindSpore's convention; Layout.dtensor, Layout.jax,
+                                                  Layout.full for the others
+    plan(src, dst)                                a minimal plan: .transfers (numpy), .cost(bytes)
+    rank_list(src, dst, rank)                     the source ranks a target rank needs
+    convert(plan, shards)                         executes a plan on numpy arrays
+    split(full, layout), merge(shards, layout)    full tensor <-> pieces
+
+Checkpoints, with MindSpore's function names, parameters and defaults:
+
+    transform_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix, ...)
+    transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_file_name, ...)
+    rank_list_for_transform(rank_id, src_strategy_file=None, dst_strategy_file=None)
+    merge_pipeline_strategys(src_strategy_dirs, dst_strategy_file)
+
+and load_checkpoint_by_rank (one target rank's parameters as numpy arrays, no file written),
+merge_checkpoints, split_checkpoint, convert_checkpoint.
+
+Progress: the checkpoint functions take `progress=`: None (the default) shows a tqdm bar on a
+terminal when tqdm is importable (nothing otherwise, nor when standard error is not a terminal),
+False shows nothing, True a tqdm bar always, and a callable is called with a Progress (rank,
+parameter, bytes_done, bytes_total, files_done, files_total) as parameters are written.
+
+Errors are exceptions: reshard.Error (a ValueError) for bad input (layouts, strategies, files),
+OSError and its subclasses (FileNotFoundError, FileExistsError, PermissionError, ...) when the
+file system refuses. Ctrl-C (KeyboardInterrupt), or an exception raised by a progress callback,
+abandons a checkpoint workflow: no output file is left.
+"""
+
+import os as _os
+
+from ._reshard import (  # noqa: F401
+    Error,
+    Layout,
+    Plan,
+    Progress,
+    Replicate,
+    Shard,
+    __version__,
+    convert,
+    merge,
+    plan,
+    rank_list,
+    split,
+)
+from . import _reshard as _core
+
+__all__ = [
+    "Error", "Layout", "Plan", "Progress", "Replicate", "Shard", "__version__", "convert", "merge", "plan",
+    "rank_list", "split", "transform_checkpoints", "transform_checkpoint_by_rank", "rank_list_for_transform",
+    "merge_pipeline_strategys", "merge_pipeline_strategies", "load_checkpoint_by_rank", "merge_checkpoints",
+    "split_checkpoint", "convert_checkpoint",
+]
+
+
+def _path(p, what, must_exist=False, optional=False):
+    if p is None:
+        if optional:
+            return ""
+        raise TypeError("%s is required" % what)
+    try:
+        s = _os.fspath(p)
+    except TypeError:
+        raise TypeError("%s must be a path (str or os.PathLike), not %s" % (what, type(p).__name__)) from None
+    if isinstance(s, bytes):
+        s = _os.fsdecode(s)
+    if not s and optional:
+        return ""
+    if must_exist and not _os.path.exists(s):
+        raise FileNotFoundError(2, "%s %s does not exist" % (what, s), s)
+    return s
+
+
+def _int(v, what, least=None):
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            import numpy
+            if isinstance(v, numpy.integer):
+                v = int(v)
+            else:
+                raise TypeError
+        except (ImportError, TypeError):
+            raise TypeError("%s must be an int, not %s" % (what, type(v).__name__)) from None
+    if least is not None and v < least:
+        raise ValueError("%s must be >= %d, not %d" % (what, least, v))
+    return v
+
+
+def _files_map(checkpoint_files_map):
+    if not isinstance(checkpoint_files_map, dict):
+        raise TypeError("checkpoint_files_map must be a dict {source rank: checkpoint file}, not %s"
+                        % type(checkpoint_files_map).__name__)
+    return {_int(r, "checkpoint_files_map key", 0): _path(f, "checkpoint file of source rank %s" % r, True)
+            for r, f in checkpoint_files_map.items()}
+
+
+class _Bar:
+    """A tqdm bar over the bytes written, fed by progress callbacks."""
+
+    def __init__(self, desc, always):
+        import tqdm
+        self.bar = tqdm.tqdm(desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
+                             disable=None if not always else False)
+
+    def __call__(self, p):
+        if self.bar.total != p.bytes_total:
+            self.bar.total = p.bytes_total
+        self.bar.update(p.bytes_done - self.bar.n)
+        self.bar.set_postfix_str("files %d/%d" % (p.files_done, p.files_total), refresh=False)
+
+    def close(self):
+        self.bar.close()
+
+
+def _run(fn, progress, desc, *args):
+    """Calls fn(*args, progress_callback) with `progress` resolved (see the module's doc)."""
+    bar = None
+    if progress is None or progress is True:
+        try:
+            bar = _Bar(desc, progress is True)
+        except ImportError:
+            if progress is True:
+                raise
+        callback = bar
+    elif progress is False:
+        callback = None
+    elif callable(progress):
+        callback = progress
+    else:
+        raise TypeError("progress must be None, True, False or a callable, not %s" % type(progress).__name__)
+    try:
+        return fn(*args, callback)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _format(output_format):
+    if output_format not in ("ckpt", "safetensors"):
+        raise ValueError("output_format must be 'ckpt' or 'safetensors', not %r" % (output_format,))
+    return output_format
+
+
+# ------------------------------------------------------------------------------------------------
+# MindSpore's four functions
+
+def transform_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix, src_strategy_file=None,
+                          dst_strategy_file=None, process_num=1, output_format="ckpt", *, progress=None,
+                          force=False):
+    """Converts the distributed checkpoint `src_checkpoints_dir` (rank_<r>/<last *.ckpt or *.safetensors>
+    for every source rank r) from the layouts of `src_strategy_file` to those of `dst_strategy_file`,
+    writing `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>.ckpt (or .safetensors, per `output_format`)
+    for every target rank t. A strategy file of None: the tensors whole on one rank.
+
+    reshard converts any M source ranks to any N target ranks (no divisibility between them), with
+    uneven shards, optimizer sharding and pipeline stages. `process_num` is the number of target
+    files written in parallel (threads; 0 = one per core). Outputs appear all together or not at
+    all: on an error or KeyboardInterrupt no output file is left. Existing outputs are an error
+    unless `force`. Returns a summary dict (files, bytes_written, seconds, ...)."""
+    return _run(_core._transform_checkpoints, progress, "transform_checkpoints",
+                _path(src_checkpoints_dir, "src_checkpoints_dir", True), _path(dst_checkpoints_dir, "dst_checkpoints_dir"),
+                str(ckpt_prefix), _path(src_strategy_file, "src_strategy_file", True, True),
+                _path(dst_strategy_file, "dst_strategy_file", True, True), _int(process_num, "process_num", 0),
+                _format(output_format), bool(force))
+
+
+def transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_file_name, src_strategy_file=None,
+                                 dst_strategy_file=None, *, progress=None, force=False):
+    """Writes target rank `rank_id`'s checkpoint `save_checkpoint_file_name` (ckpt, or safetensors if
+    the name ends in .safetensors) from `checkpoint_files_map` ({source rank: checkpoint file}).
+
+    The files needed are rank_list_for_transform(rank_id, ...), which reshard keeps minimal: one
+    source rank per distinct piece of data (any replica of a piece also does). Returns a summary dict."""
+    return _run(_core._transform_checkpoint_by_rank, progress, "transform_checkpoint_by_rank",
+                _int(rank_id, "rank_id", 0), _files_map(checkpoint_files_map),
+                _path(save_checkpoint_file_name, "save_checkpoint_file_name"),
+                _path(src_strategy_file, "src_strategy_file", True, True),
+                _path(dst_strategy_file, "dst_strategy_file", True, True), bool(force))
+
+
+def rank_list_for_transform(rank_id, src_strategy_file=None, dst_strategy_file=None):
+    """The source ranks whose checkpoints target rank `rank_id` needs, ascending.
+
+    Minimal in reshard: one source rank per distinct piece of data the target needs (the target
+    rank itself where it holds the piece), plus rank_id % M, from which the parameters no strategy
+    lists are copied."""
+    return _core._rank_list_for_transform(_int(rank_id, "rank_id", 0),
+                                          _path(src_strategy_file, "src_strategy_file", True, True),
+                                          _path(dst_strategy_file, "dst_strategy_file", True, True))
+
+
+def merge_pipeline_strategys(src_strategy_dirs, dst_strategy_file):
+    """Merges the per-stage strategy files of a pipeline (every file of the directory
+    `src_strategy_dirs`, all protobuf or all JSON) into `dst_strategy_file` (JSON if it ends in
+    .json, else protobuf), parameter names becoming "<stage>-<name>"; an existing file is replaced."""
+    src = _path(src_strategy_dirs, "src_strategy_dirs", True)
+    dst = _path(dst_strategy_file, "dst_strategy_file")
+    parent = _os.path.dirname(dst)
+    if parent:
+        _os.makedirs(parent, exist_ok=True)
+    _core._merge_pipeline_strategies(src, dst, True)
+
+
+merge_pipeline_strategies = merge_pipeline_strategys
+
+
+# ------------------------------------------------------------------------------------------------
+# more
+
+def load_checkpoint_by_rank(rank_id, checkpoint_files_map, src_strategy_file=None, dst_strategy_file=None, *,
+                            progress=None):
+    """Target rank `rank_id`'s parameters as a dict {name: numpy array}, in the order its checkpoint
+    file would hold them: what transform_checkpoint_by_rank would write, read into memory with no
+    file written. Only the bytes the rank needs are read. BFloat16 arrays are ml_dtypes.bfloat16
+    when ml_dtypes is importable, else uint16 (the same bits)."""
+    params, _ = _run(_core._load_checkpoint_by_rank, progress, "load_checkpoint_by_rank",
+                     _int(rank_id, "rank_id", 0), _files_map(checkpoint_files_map),
+                     _path(src_strategy_file, "src_strategy_file", True, True),
+                     _path(dst_strategy_file, "dst_strategy_file", True, True))
+    return params
+
+
+def merge_checkpoints(src_checkpoints_dir, dst_checkpoint_file, src_strategy_file=None, *, progress=None,
+                      force=False):
+    """Merges the distributed checkpoint `src_checkpoints_dir` into one checkpoint of full tensors."""
+    return _run(_core._merge_checkpoints, progress, "merge_checkpoints",
+                _path(src_checkpoints_dir, "src_checkpoints_dir", True), _path(dst_checkpoint_file, "dst_checkpoint_file"),
+                _path(src_strategy_file, "src_strategy_file", True, True), bool(force))
+
+
+def split_checkpoint(checkpoint_file, dst_checkpoints_dir, dst_strategy_file, ckpt_prefix="checkpoint_",
+                     process_num=1, output_format="ckpt", *, progress=None, force=False):
+    """Splits a checkpoint of full tensors by `dst_strategy_file` into
+    `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>.ckpt (or .safetensors)."""
+    return _run(_core._split_checkpoint, progress, "split_checkpoint",
+                _path(checkpoint_file, "checkpoint_file", True), _path(dst_checkpoints_dir, "dst_checkpoints_dir"),
+                _path(dst_strategy_file, "dst_strategy_file", True), str(ckpt_prefix),
+                _int(process_num, "process_num", 0), _format(output_format), bool(force))
+
+
+def convert_checkpoint(src_file, dst_file, *, progress=None, force=False):
+    """Converts one checkpoint between ckpt and safetensors (by the file names)."""
+    return _run(_core._convert_checkpoint, progress, "convert_checkpoint",
+                _path(src_file, "src_file", True), _path(dst_file, "dst_file"), bool(force))
