@@ -49,6 +49,9 @@ from ._reshard import (  # noqa: F401
 )
 from . import _reshard as _core
 
+for _t in (Error, Layout, Plan, Progress, Replicate, Shard):
+    _t.__module__ = "reshard"
+
 __all__ = [
     "Error", "Layout", "Plan", "Progress", "Replicate", "Shard", "__version__", "convert", "merge", "plan",
     "rank_list", "split", "transform_checkpoints", "transform_checkpoint_by_rank", "rank_list_for_transform",

@@ -1,7 +1,9 @@
 """The layout algebra from Python: layouts in three notations, plans as numpy, rank lists, and
 convert / split / merge on numpy arrays of any dtype, checked against numpy slicing."""
 
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -128,30 +130,36 @@ def test_bfloat16_as_uint16_bits():
 
 
 def test_convert_releases_the_gil():
-    # a Python thread keeps running while a large conversion copies
-    src = Layout([8], [0, -1], [4096, 1024])
-    dst = Layout([8], [-1, 0], [4096, 1024])
+    # a Python thread runs in the middle of a large conversion, which it could not while the
+    # conversion held the GIL
+    src = Layout([8], [0, -1], [4096, 4096])
+    dst = Layout([8], [-1, 0], [4096, 4096])
     p = reshard.plan(src, dst)
-    full = np.ones((4096, 1024), np.float32)
-    shards = reshard.split(full, src)
+    shards = reshard.split(np.ones((4096, 4096), np.float32), src)
     ticks = []
     stop = threading.Event()
 
     def tick():
         while not stop.is_set():
-            ticks.append(1)
+            ticks.append(time.perf_counter())
 
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
     th = threading.Thread(target=tick)
     th.start()
     try:
+        inside = []
         for _ in range(3):
-            before = len(ticks)
+            t0 = time.perf_counter()
             reshard.convert(p, shards)
-            during = len(ticks) - before
+            t1 = time.perf_counter()
+            lo, hi = t0 + 0.25 * (t1 - t0), t0 + 0.75 * (t1 - t0)
+            inside.append(sum(1 for t in ticks if lo < t < hi))
     finally:
         stop.set()
         th.join()
-    assert during > 0
+        sys.setswitchinterval(old)
+    assert max(inside) > 0
 
 
 # ------------------------------------------------------------------------------------------------
