@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -263,3 +264,49 @@ def test_tqdm_bar(tmp_path, capsys):
     reshard.transform_checkpoints(m["src_dir"], os.path.join(m["dir"], "out2"), "checkpoint_", m["src_strategy"],
                                   m["dst_strategy"])
     assert capsys.readouterr().err == ""
+
+
+def test_sigint_without_a_callback(tmp_path):
+    # Ctrl-C with no Python callback at all (progress=False): the caller's thread sees the signal
+    # while the engine runs on its own thread. 32 parameters of 4 MiB, 1 rank -> 4 ranks, sent
+    # SIGINT 0.25 s into the call, which takes about 1 s uninterrupted.
+    mods = ms_scenario.ms_proto.load()
+    src = tmp_path / "src" / "rank_0"
+    src.mkdir(parents=True)
+    names = ["w%02d" % i for i in range(64)]
+    content = np.arange(1 << 20, dtype=np.float32).tobytes()
+    with open(src / "full.ckpt", "wb") as f:
+        for n in names:
+            f.write(ms_scenario.ms_files._value_bytes(mods.checkpoint, n, "Float32", [1024, 1024], content))
+    strategy = str(tmp_path / "dst_strategy.ckpt")
+    ms_scenario._write_strategy(strategy, [(n, ms_scenario.L([4], [0, -1]), [1024, 1024]) for n in names], mods,
+                                False)
+    out = str(tmp_path / "out")
+    code = textwrap.dedent("""
+        import sys, time, reshard
+        calling = False
+        try:
+            print("start", flush=True)
+            time.sleep(0.2)  # the signal arrives while the call runs, not before
+            calling = True
+            reshard.transform_checkpoints(sys.argv[1], sys.argv[2], "checkpoint_", None, sys.argv[3], progress=False)
+        except KeyboardInterrupt:
+            print("interrupted" if calling else "too early", flush=True)
+            sys.exit(3 if calling else 4)
+        print("finished", flush=True)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "src"), out, strategy],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "start"
+    time.sleep(0.45)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 3, rest
+    assert files_under(out) == []
+    # and the same transform, not interrupted, writes every file (and takes longer than the
+    # signal took to arrive)
+    t0 = time.perf_counter()
+    reshard.transform_checkpoints(str(tmp_path / "src"), out, "checkpoint_", None, strategy, progress=False)
+    print("uninterrupted: %.2f s" % (time.perf_counter() - t0))
+    assert len(files_under(out)) == 4
