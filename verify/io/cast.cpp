@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <xmmintrin.h>  // the MXCSR flush-to-zero and denormals-are-zero bits
+#endif
+
 using namespace reshard::io;
 using reshard_test::throws_error;
 
@@ -471,6 +475,56 @@ TEST(cast_bulk, a_4_mib_chunk_equals_the_scalar_casts) {
     }
   }
 }
+
+#if defined(__x86_64__) || defined(__SSE2__)
+TEST(cast_bulk, flush_to_zero_and_denormals_are_zero_change_no_16_bit_cast) {
+  // every Float16 and BFloat16 pattern widened, and Float32 patterns around the Float16
+  // subnormal range and the Float32 subnormals narrowed, with and without FTZ | DAZ
+  std::vector<std::uint32_t> in;
+  for (std::uint32_t i = 0; i < 65536; ++i) in.push_back(i);
+  for (std::uint32_t x = 0; x < 0x39000000u; x += 0x1001u) {
+    in.push_back(x);
+    in.push_back(x | 0x80000000u);
+  }
+  const auto run = [&] {
+    std::vector<std::uint32_t> out;
+    std::vector<std::byte> a(in.size() * 4), b(in.size() * 4);
+    std::memcpy(a.data(), in.data(), a.size());
+    for (auto [from, to] : {std::pair{dtype::float32, dtype::float16}, std::pair{dtype::float32, dtype::bfloat16}}) {
+      cast_elements(a, from, std::span(b).first(in.size() * 2), to);
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, b.data() + 2 * i, 2);
+        out.push_back(h);
+      }
+    }
+    std::vector<std::byte> h(65536 * 2);
+    for (std::uint32_t i = 0; i < 65536; ++i) std::memcpy(h.data() + 2 * i, &i, 2);  // little-endian low half
+    for (auto from : {dtype::float16, dtype::bfloat16}) {
+      cast_elements(h, from, std::span(b).first(65536 * 4), dtype::float32);
+      for (std::size_t i = 0; i < 65536; ++i) {
+        std::uint32_t w;
+        std::memcpy(&w, b.data() + 4 * i, 4);
+        out.push_back(w);
+      }
+    }
+    return out;
+  };
+  const auto plain = run();
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040u);  // FTZ (bit 15) | DAZ (bit 6)
+  const auto flushed = run();
+  _mm_setcsr(saved);
+  ASSERT_EQ(plain.size(), flushed.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i) differ += plain[i] != flushed[i];
+  EXPECT_EQ(differ, 0u);
+  // and the plain results are the scalar ones (the run did convert)
+  EXPECT_EQ(plain[0x0001], f32_to_f16_bits(0x0001u));
+  EXPECT_EQ(plain[plain.size() - 65536 + 0x0001], 0x00010000u);   // BFloat16 subnormal widened
+  EXPECT_EQ(plain[plain.size() - 2 * 65536 + 0x0001], 0x33800000u);  // Float16 subnormal widened
+}
+#endif
 
 // --- Refusals and sizes ----------------------------------------------------------------------
 

@@ -18,7 +18,7 @@
 //    IEEE subnormals of the target, rounded the same way (Float16: multiples of 2^-24, so
 //    |x| <= 2^-25 becomes a zero and 2^-25 < |x| < 2^-24 becomes 2^-24; BFloat16 keeps Float32
 //    subnormals as its own subnormals, multiples of 2^-133). The sign of a zero is kept, also
-//    when a tiny number rounds to zero (-1e-30f -> -0).
+//    when a tiny number rounds to zero (-1e-30f -> Float16 -0).
 //  * NaN stays NaN, never infinity. Narrowing makes it quiet: sign kept, exponent all ones,
 //    the quiet bit (the top fraction bit) set, and the leading fraction bits of the source
 //    payload below it that fit kept. A quiet Float32 NaN therefore narrows exactly as numpy's
@@ -32,12 +32,12 @@
 //    never cast, whether a cast was requested for all parameters or named for this one.
 //
 // Narrowing to Float16 assumes the default floating-point environment (round to nearest even),
-// as every hardware float conversion does; flush-to-zero and denormals-are-zero modes do not
-// change any result. Elements are little-endian in checkpoint bytes, as on every platform
+// as every hardware float conversion does; flush-to-zero and denormals-are-zero modes change no
+// Float16 or BFloat16 conversion from or to Float32 (they do change the processor's conversions
+// of subnormals between Float32 and Float64). Elements are little-endian in checkpoint bytes, as on every platform
 // reshard supports (x86-64, AArch64).
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -47,6 +47,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include <reshard/error.hpp>
 #include <reshard/io/dtype.hpp>
@@ -55,48 +56,79 @@ namespace reshard::io {
 
 // ---------------------------------------------------------------------------------------------
 // Scalar conversions on bit patterns.
+//
+// They are branch-free: every case is computed and the right one selected with a mask, so that
+// a loop over them vectorizes (a conditional floating-point addition would not: compilers do
+// not speculate floating-point operations that may raise flags).
 
-/// Float32 bits -> Float16 bits, round to nearest even (see the rules above).
-inline constexpr std::uint16_t f32_to_f16_bits(std::uint32_t x) noexcept {
-  const std::uint32_t sign = (x >> 16) & 0x8000u;
-  const std::uint32_t a = x & 0x7FFFFFFFu;
-  // Normal results (|x| >= 2^-14): rebias the exponent (127 - 15 = 112) and round the 13
-  // dropped bits to nearest even; a carry out of the fraction moves into the exponent, up to
-  // infinity (0x7C00), which caps everything larger (Inf included). Wraps harmlessly for
-  // smaller |x|, whose result is chosen below.
-  std::uint32_t normal = (a - 0x38000000u + 0x0FFFu + ((a >> 13) & 1u)) >> 13;
-  normal = normal < 0x7C00u ? normal : 0x7C00u;
-  // Subnormal results (|x| < 2^-14): 0.5f + |x| lies in [0.5, 1), where Float32 steps by 2^-24,
-  // the Float16 subnormal step; the addition rounds |x| to that grid (nearest even) and the low
-  // fraction bits then are the Float16 bits, 0x400 (2^-14, the smallest normal) included.
-  const std::uint32_t sub = std::bit_cast<std::uint32_t>(std::bit_cast<float>(a) + 0.5f) - 0x3F000000u;
-  // NaN: quiet, with the leading 9 payload bits below Float32's quiet bit.
-  const std::uint32_t nan = 0x7E00u | ((a >> 13) & 0x01FFu);
-  const std::uint32_t mag = a > 0x7F800000u ? nan : (a < 0x38800000u ? sub : normal);
-  return static_cast<std::uint16_t>(sign | mag);
+namespace detail {
+/// `yes` where `cond`, else `no`, without a branch.
+constexpr std::uint32_t select(bool cond, std::uint32_t yes, std::uint32_t no) noexcept {
+  const std::uint32_t mask = 0u - static_cast<std::uint32_t>(cond);
+  return (yes & mask) | (no & ~mask);
 }
 
-/// Float32 bits -> BFloat16 bits, round to nearest even (see the rules above).
-inline constexpr std::uint16_t f32_to_bf16_bits(std::uint32_t x) noexcept {
+// The narrowing conversions compute in 32 bits and return the 16-bit result in a 32-bit word:
+// computing the selects in 16 bits (which a compiler does when it sees the truncation) costs
+// SSE2 many shuffles of the masks, so the bulk kernel truncates in a loop of its own.
+constexpr std::uint32_t f32_to_f16_wide(std::uint32_t x) noexcept {
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t a = x & 0x7FFFFFFFu;
+  const auto sa = static_cast<std::int32_t>(a);  // the same order; signed compares vectorize better
+  // Normal results (|x| >= 2^-14): rebias the exponent (127 - 15 = 112) and round the 13
+  // dropped bits to nearest even; a carry out of the fraction moves into the exponent.
+  // (Wraps harmlessly for smaller |x|, whose result is chosen below.)
+  const std::uint32_t normal = (a - 0x38000000u + 0x0FFFu + ((a >> 13) & 1u)) >> 13;
+  // Subnormal results (|x| < 2^-14): 0.5f + |x| lies in [0.5, 1), where Float32 steps by 2^-24,
+  // the Float16 subnormal step; the addition rounds |x| to that grid (nearest even) and the low
+  // fraction bits then are the Float16 bits, 0x400 (2^-14, the smallest normal) included. Only
+  // Float32 normals below 2^-14 enter the addition (Float32 subnormals round to zero anyway):
+  // no NaN operand raising a flag, no subnormal operand slowing the processor down.
+  const std::uint32_t small = select(sa >= 0x00800000 && sa < 0x38800000, a, 0u);
+  const std::uint32_t sub = std::bit_cast<std::uint32_t>(std::bit_cast<float>(small) + 0.5f) - 0x3F000000u;
+  // NaN: quiet, with the leading 9 payload bits below Float32's quiet bit.
+  const std::uint32_t nan = 0x7E00u | ((a >> 13) & 0x01FFu);
+  std::uint32_t mag = select(sa < 0x38800000, sub, normal);
+  mag = select(sa >= 0x477FF000, 0x7C00u, mag);  // 65520 and up (Inf too) round to infinity
+  mag = select(sa > 0x7F800000, nan, mag);
+  return sign | mag;
+}
+
+constexpr std::uint32_t f32_to_bf16_wide(std::uint32_t x) noexcept {
   // Round the low 16 bits to nearest even; a carry moves into the exponent (to infinity above
   // the largest finite value). No overflow of 32 bits: the largest non-NaN input is 0xFF800000.
   const std::uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
   const std::uint32_t nan = (x >> 16) | 0x0040u;  // quiet: set the top fraction bit
-  return static_cast<std::uint16_t>((x & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
+  return select(static_cast<std::int32_t>(x & 0x7FFFFFFFu) > 0x7F800000, nan, rounded);
+}
+}  // namespace detail
+
+/// Float32 bits -> Float16 bits, round to nearest even (see the rules above).
+inline constexpr std::uint16_t f32_to_f16_bits(std::uint32_t x) noexcept {
+  return static_cast<std::uint16_t>(detail::f32_to_f16_wide(x));
 }
 
-/// Float16 bits -> Float32 bits, exact; NaN bits kept (payload shifted into place).
-inline constexpr std::uint32_t f16_to_f32_bits(std::uint16_t h) noexcept {
-  const std::uint32_t sign = (std::uint32_t{h} & 0x8000u) << 16;
-  const std::uint32_t a = std::uint32_t{h} & 0x7FFFu;
+/// Float32 bits -> BFloat16 bits, round to nearest even (see the rules above).
+inline constexpr std::uint16_t f32_to_bf16_bits(std::uint32_t x) noexcept {
+  return static_cast<std::uint16_t>(detail::f32_to_bf16_wide(x));
+}
+
+namespace detail {
+// Float16 bits (in a 32-bit word, as the bulk kernel passes them: see f32_to_f16_wide).
+constexpr std::uint32_t f16_to_f32_wide(std::uint32_t h) noexcept {
+  const std::uint32_t sign = (h & 0x8000u) << 16;
+  const std::uint32_t a = h & 0x7FFFu;
   const std::uint32_t e = a & 0x7C00u;
-  const std::uint32_t normal = (a << 13) + 0x38000000u;     // exponent + 112
-  const std::uint32_t infnan = (a << 13) + 0x70000000u;     // exponent 255, fraction kept
+  const std::uint32_t normal = (a << 13) + 0x38000000u;  // exponent + 112
+  const std::uint32_t infnan = (a << 13) + 0x70000000u;  // exponent 255, fraction kept
   // Subnormal or zero: m * 2^-24 = (0.5 + m * 2^-24) - 0.5, exact (the two are within 2x).
   const std::uint32_t sub = std::bit_cast<std::uint32_t>(std::bit_cast<float>(0x3F000000u | a) - 0.5f);
-  const std::uint32_t mag = e == 0 ? sub : (e == 0x7C00u ? infnan : normal);
-  return sign | mag;
+  return sign | select(e == 0, sub, select(e == 0x7C00u, infnan, normal));
 }
+}  // namespace detail
+
+/// Float16 bits -> Float32 bits, exact; NaN bits kept (payload shifted into place).
+inline constexpr std::uint32_t f16_to_f32_bits(std::uint16_t h) noexcept { return detail::f16_to_f32_wide(h); }
 
 /// BFloat16 bits -> Float32 bits, exact (every bit kept).
 inline constexpr std::uint32_t bf16_to_f32_bits(std::uint16_t b) noexcept {
@@ -200,25 +232,39 @@ namespace detail {
 // Elements are staged through fixed-size blocks on the stack: the loop over a block has a
 // constant trip count and no aliasing, so compilers vectorize the branch-free conversions above
 // (g++ -O2 included), and the spans may have any alignment.
-inline constexpr std::size_t cast_block = 256;
+inline constexpr std::size_t cast_block = 512;
 
 constexpr unsigned pair(dtype a, dtype b) noexcept { return static_cast<unsigned>(a) * 256u + static_cast<unsigned>(b); }
 
-template <class In, class Out, class F>
-void cast_blocks(const std::byte* src, std::byte* dst, std::size_t n, F convert) {
-  std::array<In, cast_block> in;
+// `Convert` is a template argument, not a function pointer argument, so that it is inlined. Its
+// argument type `Arg` and result type may be wider than the elements (`In`, `Out`): the 16-bit
+// conversions compute in 32-bit words, and a compiler that sees a 16-bit input or output
+// otherwise computes the selects in 16 bits, which costs SSE2 many shuffles of the masks. So the
+// elements are widened, converted and truncated in three loops over the block.
+template <class In, class Arg, class Out, auto Convert>
+void cast_blocks(const std::byte* src, std::byte* dst, std::size_t n) {
+  using R = decltype(Convert(Arg{}));
+  std::array<Arg, cast_block> arg;
+  std::array<R, cast_block> result;
   std::array<Out, cast_block> out;
+  const auto block = [&](std::size_t first, std::size_t count) {
+    const std::byte* from = src + first * sizeof(In);
+    for (std::size_t k = 0; k < count; ++k) {
+      In x;
+      std::memcpy(&x, from + k * sizeof(In), sizeof(In));
+      arg[k] = static_cast<Arg>(x);
+    }
+    for (std::size_t k = 0; k < count; ++k) result[k] = Convert(arg[k]);
+    if constexpr (std::is_same_v<R, Out>) {
+      std::memcpy(dst + first * sizeof(Out), result.data(), count * sizeof(Out));
+    } else {
+      for (std::size_t k = 0; k < count; ++k) out[k] = static_cast<Out>(result[k]);
+      std::memcpy(dst + first * sizeof(Out), out.data(), count * sizeof(Out));
+    }
+  };
   std::size_t i = 0;
-  for (; i + cast_block <= n; i += cast_block) {
-    std::memcpy(in.data(), src + i * sizeof(In), sizeof in);
-    for (std::size_t k = 0; k < cast_block; ++k) out[k] = convert(in[k]);
-    std::memcpy(dst + i * sizeof(Out), out.data(), sizeof out);
-  }
-  if (const std::size_t rest = n - i; rest != 0) {
-    std::memcpy(in.data(), src + i * sizeof(In), rest * sizeof(In));
-    for (std::size_t k = 0; k < rest; ++k) out[k] = convert(in[k]);
-    std::memcpy(dst + i * sizeof(Out), out.data(), rest * sizeof(Out));
-  }
+  for (; i + cast_block <= n; i += cast_block) block(i, cast_block);  // constant trip counts
+  if (i != n) block(i, n - i);
 }
 }  // namespace detail
 
@@ -255,18 +301,18 @@ inline void cast_elements(std::span<const std::byte> src, dtype from, std::span<
   using detail::cast_blocks;
   using detail::pair;
   switch (pair(from, to)) {
-    case pair(dtype::float32, dtype::float16): return cast_blocks<u32, u16>(s, d, n, f32_to_f16_bits);
-    case pair(dtype::float32, dtype::bfloat16): return cast_blocks<u32, u16>(s, d, n, f32_to_bf16_bits);
-    case pair(dtype::float16, dtype::float32): return cast_blocks<u16, u32>(s, d, n, f16_to_f32_bits);
-    case pair(dtype::bfloat16, dtype::float32): return cast_blocks<u16, u32>(s, d, n, bf16_to_f32_bits);
-    case pair(dtype::float16, dtype::bfloat16): return cast_blocks<u16, u16>(s, d, n, f16_to_bf16_bits);
-    case pair(dtype::bfloat16, dtype::float16): return cast_blocks<u16, u16>(s, d, n, bf16_to_f16_bits);
-    case pair(dtype::float64, dtype::float32): return cast_blocks<u64, u32>(s, d, n, f64_to_f32_bits);
-    case pair(dtype::float32, dtype::float64): return cast_blocks<u32, u64>(s, d, n, f32_to_f64_bits);
-    case pair(dtype::float64, dtype::float16): return cast_blocks<u64, u16>(s, d, n, f64_to_f16_bits);
-    case pair(dtype::float64, dtype::bfloat16): return cast_blocks<u64, u16>(s, d, n, f64_to_bf16_bits);
-    case pair(dtype::float16, dtype::float64): return cast_blocks<u16, u64>(s, d, n, f16_to_f64_bits);
-    case pair(dtype::bfloat16, dtype::float64): return cast_blocks<u16, u64>(s, d, n, bf16_to_f64_bits);
+    case pair(dtype::float32, dtype::float16): return cast_blocks<u32, u32, u16, detail::f32_to_f16_wide>(s, d, n);
+    case pair(dtype::float32, dtype::bfloat16): return cast_blocks<u32, u32, u16, detail::f32_to_bf16_wide>(s, d, n);
+    case pair(dtype::float16, dtype::float32): return cast_blocks<u16, u32, u32, detail::f16_to_f32_wide>(s, d, n);
+    case pair(dtype::bfloat16, dtype::float32): return cast_blocks<u16, u16, u32, bf16_to_f32_bits>(s, d, n);
+    case pair(dtype::float16, dtype::bfloat16): return cast_blocks<u16, u16, u16, f16_to_bf16_bits>(s, d, n);
+    case pair(dtype::bfloat16, dtype::float16): return cast_blocks<u16, u16, u16, bf16_to_f16_bits>(s, d, n);
+    case pair(dtype::float64, dtype::float32): return cast_blocks<u64, u64, u32, f64_to_f32_bits>(s, d, n);
+    case pair(dtype::float32, dtype::float64): return cast_blocks<u32, u32, u64, f32_to_f64_bits>(s, d, n);
+    case pair(dtype::float64, dtype::float16): return cast_blocks<u64, u64, u16, f64_to_f16_bits>(s, d, n);
+    case pair(dtype::float64, dtype::bfloat16): return cast_blocks<u64, u64, u16, f64_to_bf16_bits>(s, d, n);
+    case pair(dtype::float16, dtype::float64): return cast_blocks<u16, u16, u64, f16_to_f64_bits>(s, d, n);
+    case pair(dtype::bfloat16, dtype::float64): return cast_blocks<u16, u16, u64, bf16_to_f64_bits>(s, d, n);
     default: break;
   }
   RESHARD_EXPECTS(false, "cast_elements: a castable pair without a kernel");
