@@ -22,7 +22,7 @@ inline command add_convert_command(CLI::App& app) {
 
   return {sub, [o] {
             const auto s = io::convert_checkpoint(o->in, o->out, transform_options_of(o->flags));
-            print_summary("reshard convert", "converted " + o->in + " -> " + o->out, s, o->flags.json);
+            print_summary("reshard convert", "converted " + o->in + " -> " + o->out, s, o->flags);
           }};
 }
 

@@ -24,7 +24,7 @@ inline command add_merge_command(CLI::App& app) {
 
   return {sub, [o] {
             const auto s = io::merge_checkpoints(o->src_dir, o->out, o->src_strategy, transform_options_of(o->flags));
-            print_summary("reshard merge", "merged " + o->src_dir + " -> " + o->out, s, o->flags.json);
+            print_summary("reshard merge", "merged " + o->src_dir + " -> " + o->out, s, o->flags);
           }};
 }
 

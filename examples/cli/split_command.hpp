@@ -28,7 +28,7 @@ inline command add_split_command(CLI::App& app) {
             const auto s = io::split_checkpoint(o->checkpoint, o->dst_dir, o->dst_strategy, o->prefix,
                                                 transform_options_of(o->flags));
             print_summary("reshard split", targets_line("split", o->checkpoint, o->dst_dir, target_count(s), o->flags.format),
-                          s, o->flags.json);
+                          s, o->flags);
           }};
 }
 

@@ -62,7 +62,7 @@ inline command add_transform_command(CLI::App& app) {
               procs.append(std::to_string(s.shares.size())).append(s.shares.size() == 1 ? " process" : " processes");
               print_summary("reshard transform",
                             targets_line("transformed", o->src_dir, o->dst_dir, s.files, o->flags.format, procs), s,
-                            o->flags.json, &s.shares);
+                            o->flags, &s.shares);
               return;
             }
 #endif
@@ -70,7 +70,7 @@ inline command add_transform_command(CLI::App& app) {
                                                      o->dst_strategy, transform_options_of(o->flags));
             print_summary("reshard transform",
                           targets_line("transformed", o->src_dir, o->dst_dir, target_count(s), o->flags.format), s,
-                          o->flags.json);
+                          o->flags);
           }};
 }
 

@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include <reshard/io/manifest.hpp>
 #include <reshard/io/transform.hpp>
 
 #include "common.hpp"
@@ -67,7 +68,7 @@ struct transform_flags {
   std::string read_mode = "auto";
   std::string max_memory;  // empty: no bound
   std::vector<std::string> include, exclude, rename;
-  std::string rename_map;
+  std::string rename_map, manifest;
   bool force = false, crc = false, no_verify_crc = false, no_sync = false, progress = false, json = false,
        dry_run = false;
 };
@@ -109,6 +110,9 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
   sub->add_option("--rename-map", f.rename_map,
                   "a JSON file {\"old name\": \"new name\", ...}; applied before the --rename rules")
       ->check(CLI::ExistingFile);
+  sub->add_option("--manifest", f.manifest,
+                  "also write FILE: per file written its size, SHA-256 and parameters, as JSON (reshard verify "
+                  "--manifest checks it); hashing costs a pass over the bytes");
   sub->add_flag("--dry-run", f.dry_run,
                 "write nothing: read the strategies and the sources' indexes, check, and print per target rank "
                 "the source files read and the bytes from each, the bytes written, the cross-rank bytes against "
@@ -171,6 +175,9 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   }
   o.force = f.force;
   o.dry_run = f.dry_run;
+  o.digests = !f.manifest.empty();
+  if (!f.manifest.empty() && processes().launched && processes().size > 1)
+    throw CLI::ValidationError("--manifest", "not under mpirun (each process knows only the files it wrote): run as one process");
   o.names.include = f.include;
   o.names.exclude = f.exclude;
   for (const auto& r : f.rename) {
@@ -271,12 +278,14 @@ inline void print_preview(const std::string& what, const io::transform_preview& 
 }
 
 inline void print_summary(const std::string& prog, const std::string& what, const io::transform_summary& s,
-                          bool json, const std::vector<std::vector<std::int64_t>>* shares = nullptr) {
+                          const transform_flags& f, const std::vector<std::vector<std::int64_t>>* shares = nullptr) {
+  const bool json = f.json;
   for (const auto& w : s.warnings) std::cerr << prog << ": warning: " << w << '\n';
   if (s.preview) {
     print_preview(what, *s.preview, json);
     return;
   }
+  if (!f.manifest.empty()) io::write_manifest(f.manifest, s.written, f.force);
   if (json) {
     nlohmann::json j;
     j["files"] = s.files;
@@ -297,6 +306,7 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
     j["synced"] = s.synced;
     j["read_mode"] = io::to_string(s.reads);
     j["source_filesystem"] = s.source_filesystem;
+    if (!f.manifest.empty()) j["manifest"] = f.manifest;
     j["warnings"] = s.warnings;
     if (shares) j["processes"] = *shares;
     print_json(std::cout, j);
@@ -327,6 +337,8 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
       std::cout << (p ? " | " : " ") << ((*shares)[p].empty() ? std::string("none") : format_ranks((*shares)[p]));
     std::cout << ")\n";
   }
+  if (!f.manifest.empty())
+    std::cout << "  manifest        " << f.manifest << " (" << s.written.size() << " files: size, SHA-256, parameters)\n";
 }
 
 }  // namespace reshard::cli

@@ -61,7 +61,7 @@ inline command add_transform_rank_command(CLI::App& app) {
             print_summary("reshard transform-rank",
                           "wrote target rank " + std::to_string(o->rank) + " to " + o->out + " from " +
                               std::to_string(files.size()) + " source file" + (files.size() == 1 ? "" : "s"),
-                          s, o->flags.json);
+                          s, o->flags);
           }};
 }
 

@@ -12,7 +12,8 @@ namespace reshard::cli {
 
 inline command add_verify_command(CLI::App& app) {
   struct options {
-    std::string src_dir, dst_dir, src_strategy, dst_strategy, prefix = "checkpoint_", format = "ckpt", read_mode = "auto";
+    std::string src_dir, dst_dir, src_strategy, dst_strategy, prefix = "checkpoint_", format = "ckpt", read_mode = "auto",
+        manifest;
     unsigned jobs = 0;
     bool json = false, progress = false;
   };
@@ -30,6 +31,9 @@ inline command add_verify_command(CLI::App& app) {
   sub->add_option("--jobs,-j", o->jobs, "target files checked in parallel (default 0: one per core)");
   sub->add_option("--read-mode", o->read_mode, "how source tensors are read: auto (pread), pread or mmap")
       ->check(CLI::IsMember({"auto", "mmap", "pread"}));
+  sub->add_option("--manifest", o->manifest,
+                  "also check the files a manifest lists (written by --manifest): sizes, SHA-256 and parameters")
+      ->check(CLI::ExistingFile);
   sub->add_flag("--progress", o->progress, "show a progress bar on stderr (the default when stderr is a terminal)");
   sub->add_flag("--json", o->json, "print the report as JSON");
   sub->footer(
@@ -42,8 +46,10 @@ inline command add_verify_command(CLI::App& app) {
             f.jobs = o->jobs;
             f.read_mode = o->read_mode;
             f.progress = o->progress;
-            const auto r = io::verify_checkpoints(o->src_dir, o->dst_dir, o->prefix, o->src_strategy, o->dst_strategy,
-                                                  transform_options_of(f));
+            auto r = io::verify_checkpoints(o->src_dir, o->dst_dir, o->prefix, o->src_strategy, o->dst_strategy,
+                                            transform_options_of(f));
+            if (!o->manifest.empty())
+              for (auto& m : io::check_manifest(o->manifest, o->jobs)) r.mismatches.push_back(std::move(m));
             const auto seconds = [](double v) {
               char b[32];
               std::snprintf(b, sizeof b, "%.3f s", v);

@@ -92,6 +92,47 @@ if [[ $rc -eq 1 ]] && grep -q "rank_0/checkpoint_0.ckpt: parameter 'embedding': 
 expect_text "identical, as text" "4 files, [0-9]+ tensors, .* compared in .*: identical" \
   verify --src-dir "$d/src" --dst-dir "$d/good" "${strategies[@]}"
 
+# manifests: written with the outputs, every SHA-256 that of hashlib, checked by verify --manifest
+run transform --src-dir "$d/src" --dst-dir "$d/signed" "${strategies[@]}" --manifest "$d/signed/manifest.json"
+if [[ $rc -eq 0 ]] && grep -q "manifest        $d/signed/manifest.json (4 files" <<<"$out"; then pass; else fail "transform --manifest" "rc $rc" "$out" "$err"; fi
+verdict=$("$PY" - "$d/signed/manifest.json" <<'PY'
+import hashlib, json, os, sys
+m = json.load(open(sys.argv[1]))
+base = os.path.dirname(sys.argv[1])
+bad = []
+for f in m["files"]:
+    data = open(os.path.join(base, f["path"]), "rb").read()
+    if f["sha256"] != hashlib.sha256(data).hexdigest() or f["bytes"] != len(data):
+        bad.append(f["path"])
+if len(m["files"]) != 4 or not all(f["parameters"] for f in m["files"]) or m["files"][0]["path"] != "rank_0/checkpoint_0.ckpt":
+    bad.append("files: %s" % [f["path"] for f in m["files"]])
+print(" ".join(bad))
+PY
+)
+if [[ -z $verdict ]]; then pass; else fail "manifest digests against hashlib" "$verdict"; fi
+run verify --src-dir "$d/src" --dst-dir "$d/signed" "${strategies[@]}" --manifest "$d/signed/manifest.json" --json
+if [[ $rc -eq 0 ]] && grep -q '"ok": true' <<<"$out"; then pass; else fail "verify --manifest, intact" "rc $rc" "$out" "$err"; fi
+(cd "$d/signed" && "$PY" - "$SRC/verify/python" <<<"$edit_py
+v = next(v for v in cp.value if v.tag == 'layer1.weight')
+c = bytearray(v.tensor.tensor_content); c[0] ^= 1; v.tensor.tensor_content = bytes(c)
+open(p, 'wb').write(cp.SerializeToString())")
+run verify --src-dir "$d/src" --dst-dir "$d/signed" "${strategies[@]}" --manifest "$d/signed/manifest.json"
+if [[ $rc -eq 1 ]] && grep -q "rank_0/checkpoint_0.ckpt: SHA-256 differs from the manifest's" <<<"$out" \
+   && grep -q "rank_0/checkpoint_0.ckpt: parameter 'layer1.weight': differs from element 0 (byte 0)" <<<"$out"; then
+  pass
+else
+  fail "verify --manifest, a flipped byte" "rc $rc" "$out" "$err"
+fi
+rm "$d/signed/rank_3/checkpoint_3.ckpt"
+run verify --src-dir "$d/src" --dst-dir "$d/signed" "${strategies[@]}" --manifest "$d/signed/manifest.json"
+if [[ $rc -eq 1 ]] && [[ $(grep -c "rank_3/checkpoint_3.ckpt: missing file" <<<"$out") -eq 2 ]]; then pass; else fail "verify --manifest, a missing file" "rc $rc" "$out"; fi
+printf '{"manifest": "reshard", "version": 1, "files": [{"path": "x"}]}' >"$d/partial.json"
+expect_error "a manifest entry without its fields" 1 "manifest: $d/partial.json: a file entry lacks a field" \
+  verify --src-dir "$d/src" --dst-dir "$d/good" "${strategies[@]}" --manifest "$d/partial.json"
+printf 'not json' >"$d/junk.json"
+expect_error "a manifest that is not JSON" 1 "manifest: $d/junk.json: not JSON" \
+  verify --src-dir "$d/src" --dst-dir "$d/good" "${strategies[@]}" --manifest "$d/junk.json"
+
 # bad sources: an error, as for a transform
 expect_error "verify with a missing source" 1 "source directory $d/nowhere does not exist" \
   verify --src-dir "$d/nowhere" --dst-dir "$d/good" "${strategies[@]}"

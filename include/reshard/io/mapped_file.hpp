@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -347,7 +348,8 @@ class atomic_file_writer {
         kicked_(o.kicked_),
         overwrite_(o.overwrite_),
         durability_(o.durability_),
-        committed_(std::exchange(o.committed_, true)) {}
+        committed_(std::exchange(o.committed_, true)),
+        observer_(std::move(o.observer_)) {}
   atomic_file_writer& operator=(atomic_file_writer&&) = delete;
 
   ~atomic_file_writer() {
@@ -375,6 +377,9 @@ class atomic_file_writer {
   bool committed() const noexcept { return committed_; }
 
   durability durability_mode() const noexcept { return durability_; }
+
+  /// Calls `f` with every byte written from now on, in order (for a digest of the file).
+  void observe(std::function<void(std::span<const std::byte>)> f) { observer_ = std::move(f); }
 
   /// Flushes, fsyncs (durability::sync) and renames the temporary to the destination (refusing
   /// an existing one unless `overwrite`). On failure the temporary is removed and reshard::error
@@ -421,6 +426,7 @@ class atomic_file_writer {
     buffer_.clear();
   }
   void write_fd(std::span<const std::byte> bytes) {
+    if (observer_ && !bytes.empty()) observer_(bytes);
     const std::size_t allowed = static_cast<std::size_t>(detail::crash_allowance(bytes.size()));
     const bool crash = allowed < bytes.size();
     if (crash) bytes = bytes.first(allowed);
@@ -451,6 +457,7 @@ class atomic_file_writer {
   bool overwrite_ = false;
   durability durability_ = durability::sync;
   bool committed_ = false;
+  std::function<void(std::span<const std::byte>)> observer_;
 };
 
 }  // namespace reshard::io

@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -216,6 +217,7 @@ struct safetensors_write_options {
   std::map<std::string, std::string> metadata{{"format", "ms"}};  ///< empty: no __metadata__ (unless Int4)
   bool overwrite = false;  ///< replace an existing destination
   io::durability durability = io::durability::sync;  ///< when the bytes reach the disk (mapped_file.hpp)
+  std::function<void(std::span<const std::byte>)> on_write{};  ///< sees every byte written, in order
 };
 
 /// Streams a safetensors file: the header is written at construction, then the data of every
@@ -225,6 +227,7 @@ class safetensors_writer {
   safetensors_writer(std::filesystem::path path, std::vector<safetensors_tensor_info> tensors,
                      safetensors_write_options opts = {})
       : out_(std::move(path), opts.overwrite, "safetensors", opts.durability), tensors_(std::move(tensors)) {
+    if (opts.on_write) out_.observe(opts.on_write);
     const std::string prefix = "safetensors: " + out_.destination().string() + ": ";
     std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     nlohmann::json header = nlohmann::json::object();
