@@ -402,21 +402,29 @@ py::array new_array(const py::dtype& dt, const index_list& shape) {
   return py::array(dt, s);
 }
 
-py::list convert(const reshard::transfer_plan& p, const py::sequence& shards, unsigned threads) {
-  const reshard::partition gs(p.src), gd(p.dst);
-  if (static_cast<index_t>(py::len(shards)) != gs.ranks)
-    throw py::value_error("convert: " + std::to_string(py::len(shards)) + " source shards given for " +
-                          to_string(p.src) + ", which has " + std::to_string(gs.ranks) + " ranks");
+// The shards of the ranks of `g`, the partition of `l` (None: a rank not given), checked: one per rank, each with the
+// elements of its box, all of one dtype. `op` and `whose` name them in messages ("convert", "the
+// shard of source rank"). The arrays are kept alive in `keep`; `src` points into them (no copy).
+struct gathered_shards {
   std::vector<py::array> keep;
-  std::vector<const std::byte*> src(static_cast<std::size_t>(gs.ranks), nullptr);
+  std::vector<const std::byte*> src;
+  py::dtype dt;
+};
+gathered_shards gather_shards(const layout& l, const reshard::partition& g, const py::sequence& shards, const std::string& op,
+                              const std::string& whose, const std::string& of) {
+  if (static_cast<index_t>(py::len(shards)) != g.ranks)
+    throw py::value_error(op + ": " + std::to_string(py::len(shards)) + " " + of + " given for " + to_string(l) +
+                          ", which has " + std::to_string(g.ranks) + " ranks");
+  gathered_shards out;
+  out.src.assign(static_cast<std::size_t>(g.ranks), nullptr);
   std::optional<py::dtype> dt;
-  for (index_t i = 0; i < gs.ranks; ++i) {
+  for (index_t i = 0; i < g.ranks; ++i) {
     const py::object h = shards[static_cast<std::size_t>(i)];
     if (h.is_none()) continue;
-    const index_t rank = gs.first_rank + i;
-    const std::string what = "convert: the shard of source rank " + std::to_string(rank);
+    const index_t rank = g.first_rank + i;
+    const std::string what = op + ": " + whose + " " + std::to_string(rank);
     py::array a = as_array(h, what);
-    const reshard::box b = gs.box_of_rank(rank);
+    const reshard::box b = g.box_of_rank(rank);
     check_elements(a, reshard::volume(b), what, reshard::to_string(b));
     if (!dt) {
       dt = a.dtype();
@@ -424,10 +432,19 @@ py::list convert(const reshard::transfer_plan& p, const py::sequence& shards, un
       throw py::value_error(what + " has dtype " + std::string(py::str(a.dtype())) + ", the first shard " +
                             std::string(py::str(*dt)));
     }
-    src[static_cast<std::size_t>(i)] = static_cast<const std::byte*>(a.data());
-    keep.push_back(std::move(a));
+    out.src[static_cast<std::size_t>(i)] = static_cast<const std::byte*>(a.data());
+    out.keep.push_back(std::move(a));
   }
-  if (!dt) throw py::value_error("convert: every source shard is None");
+  if (!dt) throw py::value_error(op + ": every " + (of == "source shards" ? "source shard" : "shard") + " is None");
+  out.dt = *dt;
+  return out;
+}
+
+py::list convert(const reshard::transfer_plan& p, const py::sequence& shards, unsigned threads) {
+  const reshard::partition gs(p.src), gd(p.dst);
+  const gathered_shards in = gather_shards(p.src, gs, shards, "convert", "the shard of source rank", "source shards");
+  const auto& src = in.src;
+  const std::optional<py::dtype> dt = in.dt;
   py::list out;
   std::vector<std::byte*> dst;
   for (index_t j = 0; j < gd.ranks; ++j) {
@@ -469,30 +486,9 @@ py::list split(const py::handle& full, const layout& l, unsigned threads) {
 py::array merge(const py::sequence& shards, const layout& l, unsigned threads) {
   reshard::validate(l, "merge: layout");
   const reshard::partition g(l);
-  if (static_cast<index_t>(py::len(shards)) != g.ranks)
-    throw py::value_error("merge: " + std::to_string(py::len(shards)) + " shards given for " + to_string(l) +
-                          ", which has " + std::to_string(g.ranks) + " ranks");
-  std::vector<py::array> keep;
-  std::vector<const std::byte*> src(static_cast<std::size_t>(g.ranks), nullptr);
-  std::optional<py::dtype> dt;
-  for (index_t i = 0; i < g.ranks; ++i) {
-    const py::object h = shards[static_cast<std::size_t>(i)];
-    if (h.is_none()) continue;
-    const index_t rank = g.first_rank + i;
-    const std::string what = "merge: the shard of rank " + std::to_string(rank);
-    py::array a = as_array(h, what);
-    const reshard::box b = g.box_of_rank(rank);
-    check_elements(a, reshard::volume(b), what, reshard::to_string(b));
-    if (!dt) {
-      dt = a.dtype();
-    } else if (!a.dtype().equal(*dt)) {
-      throw py::value_error(what + " has dtype " + std::string(py::str(a.dtype())) + ", the first shard " +
-                            std::string(py::str(*dt)));
-    }
-    src[static_cast<std::size_t>(i)] = static_cast<const std::byte*>(a.data());
-    keep.push_back(std::move(a));
-  }
-  if (!dt) throw py::value_error("merge: every shard is None");
+  const gathered_shards in = gather_shards(l, g, shards, "merge", "the shard of rank", "shards");
+  const auto& src = in.src;
+  const std::optional<py::dtype> dt = in.dt;
   py::array full = new_array(*dt, l.shape);
   auto* dst = static_cast<std::byte*>(full.mutable_data());
   const auto elem = static_cast<std::size_t>(dt->itemsize());

@@ -20,13 +20,8 @@ tensors() {
 import hashlib, json, sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[1])
-import ms_proto
-mods = ms_proto.load()
-data = open(sys.argv[2], "rb").read()
-if data[-17:-10] == b"crc_num":
-    data = data[:-17]
-cp = mods.checkpoint.Checkpoint()
-cp.ParseFromString(data)
+import ms_files
+cp = ms_files.parse_ckpt(sys.argv[2])
 out = {}
 for v in cp.value:
     t = v.tensor

@@ -39,13 +39,9 @@ edit() {
 import sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[1])
-import ms_proto
+import ms_files, ms_proto
 mods = ms_proto.load()
-data = open(sys.argv[2], "rb").read()
-if data[-17:-10] == b"crc_num":
-    data = data[:-17]
-cp = mods.checkpoint.Checkpoint()
-cp.ParseFromString(data)
+cp = ms_files.parse_ckpt(sys.argv[2])
 exec(sys.argv[3])
 open(sys.argv[2], "wb").write(b"".join(mods.checkpoint.Checkpoint(value=[v]).SerializeToString() for v in cp.value))
 EOF

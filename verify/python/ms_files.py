@@ -68,6 +68,16 @@ class Mismatch:
         return 1
 
 
+def parse_ckpt(path):
+    """The Checkpoint message of the ckpt file at path (a crc_num trailer dropped)."""
+    data = open(path, "rb").read()
+    if data[-17:-10] == b"crc_num":
+        data = data[:-17]
+    cp = ms_proto.load().checkpoint.Checkpoint()
+    cp.ParseFromString(data)
+    return cp
+
+
 def _short(v):
     s = repr(v)
     return s if len(s) <= 200 else s[:197] + "..."

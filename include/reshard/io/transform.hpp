@@ -53,6 +53,29 @@ namespace reshard::io {
 // ---------------------------------------------------------------------------------------------
 // the workflows
 
+namespace detail {
+// Every target rank of `dst` and its file `dst_dir/rank_<t>/<prefix><t>.<format>`.
+inline std::vector<transform_target> rank_targets(const strategy_layouts& dst, const std::filesystem::path& dst_dir,
+                                                  std::string_view prefix, checkpoint_format format) {
+  std::vector<transform_target> targets;
+  for (index_t t = 0; t < dst.ranks(); ++t) targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, format)});
+  return targets;
+}
+
+// The job from the distributed checkpoint of `src_dir` to all the ranks' files under `dst_dir`.
+inline transform_job directory_job(std::string op, const std::filesystem::path& src_dir,
+                                   const std::filesystem::path& dst_dir, std::string_view prefix,
+                                   const std::filesystem::path& src_strategy, const std::filesystem::path& dst_strategy,
+                                   const transform_options& opts) {
+  strategy_layouts src(src_strategy), dst(dst_strategy);
+  std::vector<std::string> warnings;
+  auto files = rank_files(src_dir, src.ranks(), op, warnings);
+  auto targets = rank_targets(dst, dst_dir, prefix, opts.format);
+  return transform_job(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, std::move(op),
+                       std::move(warnings));
+}
+}  // namespace detail
+
 /// Converts the distributed checkpoint of `src_dir` (`src_dir/rank_<r>/<last *.ckpt or
 /// *.safetensors>` for every source rank r) from the layouts of `src_strategy` to those of
 /// `dst_strategy`, writing `dst_dir/rank_<t>/<prefix><t>.ckpt` (or .safetensors, per
@@ -61,15 +84,7 @@ inline transform_summary transform_checkpoints(const std::filesystem::path& src_
                                                std::string_view prefix, const std::filesystem::path& src_strategy,
                                                const std::filesystem::path& dst_strategy,
                                                const transform_options& opts = {}) {
-  const std::string op = "transform_checkpoints";
-  strategy_layouts src(src_strategy), dst(dst_strategy);
-  std::vector<std::string> warnings;
-  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
-  std::vector<transform_target> targets;
-  for (index_t t = 0; t < dst.ranks(); ++t)
-    targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
-  return transform_job(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, op,
-                       std::move(warnings))
+  return detail::directory_job("transform_checkpoints", src_dir, dst_dir, prefix, src_strategy, dst_strategy, opts)
       .run();
 }
 
@@ -80,15 +95,7 @@ inline transform_summary transform_checkpoints(const std::filesystem::path& src_
 inline verify_report verify_checkpoints(const std::filesystem::path& src_dir, const std::filesystem::path& dst_dir,
                                         std::string_view prefix, const std::filesystem::path& src_strategy,
                                         const std::filesystem::path& dst_strategy, const transform_options& opts = {}) {
-  const std::string op = "verify_checkpoints";
-  strategy_layouts src(src_strategy), dst(dst_strategy);
-  std::vector<std::string> warnings;
-  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
-  std::vector<transform_target> targets;
-  for (index_t t = 0; t < dst.ranks(); ++t)
-    targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
-  return transform_job(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, op,
-                       std::move(warnings))
+  return detail::directory_job("verify_checkpoints", src_dir, dst_dir, prefix, src_strategy, dst_strategy, opts)
       .verify();
 }
 
@@ -144,9 +151,7 @@ inline transform_summary split_checkpoint(const std::filesystem::path& checkpoin
                                           const std::filesystem::path& dst_strategy, std::string_view prefix = "checkpoint_",
                                           const transform_options& opts = {}) {
   strategy_layouts dst(dst_strategy);
-  std::vector<transform_target> targets;
-  for (index_t t = 0; t < dst.ranks(); ++t)
-    targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
+  auto targets = detail::rank_targets(dst, dst_dir, prefix, opts.format);
   std::map<index_t, std::filesystem::path> files;
   files.emplace(0, checkpoint);
   return transform_job(strategy_layouts(), std::move(dst), std::move(files), std::move(targets), opts,
