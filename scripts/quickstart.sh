@@ -39,9 +39,10 @@ done
 echo
 echo "== 3. Python: import reshard"
 cmake --install "$build_dir" --component python
-for t in 0 1 2 3; do
+abs_work=$(cd "$work" && pwd)
+for t in 0 1 2 3; do  # from / : the installed module, not a build tree
   py=$(cd / && /usr/bin/python3 -c "import reshard, sys; print(reshard.rank_list_for_transform($t, sys.argv[1], sys.argv[2]))" \
-         "$PWD/$work/train_strategy.ckpt" "$PWD/$work/tune_strategy.ckpt")
+         "$abs_work/train_strategy.ckpt" "$abs_work/tune_strategy.ckpt")
   cli=$("$reshard" rank-list --rank "$t" "${strategies[@]}" | tr -d ' ')
   echo "\$ python3 -c \"import reshard; print(reshard.rank_list_for_transform($t, ...))\"  ->  $py"
   [[ $(tr -d ' ' <<<"$py") == "$cli" ]] || { echo "quickstart: Python says $py, the program $cli" >&2; exit 1; }
