@@ -16,11 +16,14 @@ inline command add_convert_command(CLI::App& app) {
   };
   auto o = std::make_shared<options>();
   CLI::App* sub = app.add_subcommand("convert", "Convert one checkpoint between ckpt and safetensors (by the names)");
-  sub->add_option("--in", o->in, "the checkpoint to read (.ckpt or .safetensors)")->required();
-  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt)")->required();
+  sub->add_option("--in", o->in, "the checkpoint to read (.ckpt, .safetensors, or a Hugging Face checkpoint directory)")->required();
+  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt), or with --format hf a directory")->required();
   add_transform_flags(sub, o->flags, false, false);
+  add_file_format_flags(sub, o->flags);
 
-  return {sub, [o] {
+  return {sub, [o, sub] {
+            o->flags.format_given = sub->count("--format") > 0;
+            check_file_format(o->flags, o->out);
             const auto s = io::convert_checkpoint(o->in, o->out, transform_options_of(o->flags));
             print_summary("reshard convert", "converted " + o->in + " -> " + o->out, s, o->flags);
           }};

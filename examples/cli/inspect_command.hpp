@@ -35,14 +35,14 @@ inline void print_table(std::ostream& out, const std::vector<std::vector<std::st
 
 inline void inspect_checkpoint(const std::string& path, bool json) {
   const io::checkpoint_reader f(path);
-  const bool st = f.format() == io::checkpoint_format::safetensors;
+  const bool st = f.format() != io::checkpoint_format::ckpt;
   std::uint64_t tensor_bytes = 0;
   bool multi = false;
   for (const auto& e : f.entries()) {
     tensor_bytes += e.content_size();
     multi = multi || (e.ckpt && e.ckpt->values.size() > 1);
   }
-  const std::uint64_t file_bytes = std::filesystem::file_size(path);
+  const std::uint64_t file_bytes = f.file_size();  // hf: the shards' total
   if (json) {
     nlohmann::json j;
     j["kind"] = "checkpoint";

@@ -18,11 +18,14 @@ inline command add_merge_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("merge", "Merge a distributed checkpoint into one file of full tensors");
   sub->add_option("--src-dir", o->src_dir, "the source checkpoint: SRC_DIR/rank_<r>/<last *.ckpt or *.safetensors>")
       ->required();
-  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt)")->required();
+  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt), or with --format hf a directory")->required();
   sub->add_option("--src-strategy", o->src_strategy, "the source strategy file; none = unsplit on one rank");
   add_transform_flags(sub, o->flags, false, false);
+  add_file_format_flags(sub, o->flags);
 
-  return {sub, [o] {
+  return {sub, [o, sub] {
+            o->flags.format_given = sub->count("--format") > 0;
+            check_file_format(o->flags, o->out);
             const auto s = io::merge_checkpoints(o->src_dir, o->out, o->src_strategy, transform_options_of(o->flags));
             print_summary("reshard merge", "merged " + o->src_dir + " -> " + o->out, s, o->flags);
           }};

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,11 +69,55 @@ struct transform_flags {
   unsigned jobs = 0;  // auto: io::transform_options::jobs, shared among the processes on this machine
   std::string read_mode = "auto";
   std::string max_memory;  // empty: no bound
-  std::vector<std::string> include, exclude, rename;
+  std::string max_shard_size;  // --format hf: empty = 5GB
+  std::vector<std::string> include, exclude, rename, dtypes;
   std::string rename_map, manifest;
+  bool format_given = false;  // --format was given (merge, convert)
   bool force = false, crc = false, no_verify_crc = false, no_sync = false, progress = false, json = false,
        dry_run = false;
 };
+
+/// --dtype DTYPE | GLOB=DTYPE (repeatable): the casts of io::dtype_rules.
+inline void add_dtype_option(CLI::App* sub, std::vector<std::string>& dtypes) {
+  sub->add_option("--dtype", dtypes,
+                  "DTYPE: cast every floating-point parameter to DTYPE (float32, float16, bfloat16 or float64; "
+                  "rounding to nearest even); GLOB=DTYPE: cast the parameters whose name matches GLOB (the first "
+                  "such rule applies, before a plain DTYPE); repeatable; integer parameters are never cast")
+      ->check([](const std::string& v) {
+        const auto eq = v.rfind('=');
+        const std::string name = eq == std::string::npos ? v : v.substr(eq + 1);
+        if (eq == 0) return "not GLOB=DTYPE: " + v;
+        return io::dtype_from_name(name) ? std::string() : "not a dtype: " + name + " (float32, float16, bfloat16, float64)";
+      });
+}
+
+/// --format and --max-shard-size of the commands that write one checkpoint (merge, convert): the
+/// format follows --out's name unless it is hf, a Hugging Face checkpoint directory.
+inline void add_file_format_flags(CLI::App* sub, transform_flags& f) {
+  sub->add_option("--format", f.format,
+                  "hf: write a Hugging Face checkpoint into the directory --out (safetensors shards of at most "
+                  "--max-shard-size and model.safetensors.index.json); ckpt or safetensors: as --out's name says "
+                  "(the default)")
+      ->check(CLI::IsMember({"ckpt", "safetensors", "hf"}));
+  sub->add_option("--max-shard-size", f.max_shard_size,
+                  "with --format hf: the most tensor bytes per shard, as Hugging Face writes it (5GB = 5*10^9, the "
+                  "default; 500MB, 2GiB, ...); a larger tensor gets a shard of its own")
+      ->check([](const std::string& v) {
+        return parse_size(v) && *parse_size(v) > 0 ? std::string() : "not a size: " + v + " (such as 5GB, 500MB, 2GiB)";
+      });
+}
+
+/// Checks --format against the file --out names (merge, convert): ckpt and safetensors must agree
+/// with its name, hf wants a directory.
+inline void check_file_format(const transform_flags& f, const std::string& out) {
+  const bool st_name = std::filesystem::path(out).extension() == ".safetensors";
+  if (f.format == "safetensors" && !st_name)
+    throw CLI::ValidationError("--format", "safetensors, but --out " + out + " does not end in .safetensors");
+  if (f.format == "ckpt" && st_name && f.format_given)
+    throw CLI::ValidationError("--format", "ckpt, but --out " + out + " ends in .safetensors");
+  if (f.format != "hf" && !f.max_shard_size.empty())
+    throw CLI::ValidationError("--max-shard-size", "only with --format hf");
+}
 
 inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_format, bool with_jobs) {
   if (with_format)
@@ -110,6 +156,7 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
   sub->add_option("--rename-map", f.rename_map,
                   "a JSON file {\"old name\": \"new name\", ...}; applied before the --rename rules")
       ->check(CLI::ExistingFile);
+  add_dtype_option(sub, f.dtypes);
   sub->add_option("--manifest", f.manifest,
                   "also write FILE: per file written its size, SHA-256 and parameters, as JSON (reshard verify "
                   "--manifest checks it); hashing costs a pass over the bytes");
@@ -162,7 +209,10 @@ class progress_bar {
 /// The library options from the flags (a progress bar when asked or when stderr is a terminal).
 inline io::transform_options transform_options_of(const transform_flags& f) {
   io::transform_options o;
-  o.format = f.format == "safetensors" ? io::checkpoint_format::safetensors : io::checkpoint_format::ckpt;
+  o.format = f.format == "safetensors" ? io::checkpoint_format::safetensors
+             : f.format == "hf"        ? io::checkpoint_format::hf
+                                       : io::checkpoint_format::ckpt;
+  if (!f.max_shard_size.empty()) o.max_shard_bytes = *parse_size(f.max_shard_size);
   o.jobs = f.jobs;
   if (o.jobs == 0 && processes().launched) {  // K processes on this machine: the cores shared
     int local = processes().size;
@@ -201,6 +251,18 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
       o.names.rename_exact[from] = to.get<std::string>();
     }
   }
+  for (const auto& d : f.dtypes) {
+    const auto eq = d.rfind('=');
+    const io::dtype t = *io::dtype_from_name(eq == std::string::npos ? d : d.substr(eq + 1));
+    if (eq != std::string::npos) {
+      o.casts.named.emplace_back(d.substr(0, eq), t);
+    } else {
+      if (o.casts.all && *o.casts.all != t)
+        throw CLI::ValidationError("--dtype", "given two dtypes for all parameters: " +
+                                              std::string(io::ms_name(*o.casts.all)) + " and " + std::string(io::ms_name(t)));
+      o.casts.all = t;
+    }
+  }
   if (f.dry_run && processes().launched && processes().size > 1)
     throw CLI::ValidationError("--dry-run", "not under mpirun: run it as one process (the plan is the same)");
   o.crc = f.crc;
@@ -227,9 +289,27 @@ inline std::string targets_line(const char* verb, const std::string& from, const
   return s;
 }
 
-/// Prints the warnings on stderr and the summary on stdout (text or JSON). `shares`: the target
-/// ranks of each process, when several processes wrote the files.
-inline void print_preview(const std::string& what, const io::transform_preview& p, bool json) {
+/// The casts of a summary as JSON: [{"name", "from", "to"}, ...].
+inline nlohmann::json casts_json(const std::vector<io::cast_record>& casts) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& c : casts) a.push_back({{"name", c.name}, {"from", io::ms_name(c.from)}, {"to", io::ms_name(c.to)}});
+  return a;
+}
+/// The casts of a summary as a text line: "3 parameters (2 Float32 -> BFloat16, 1 Float16 -> BFloat16)".
+inline std::string casts_text(const std::vector<io::cast_record>& casts) {
+  std::map<std::pair<io::dtype, io::dtype>, std::size_t> by;
+  for (const auto& c : casts) ++by[{c.from, c.to}];
+  std::string t = std::to_string(casts.size()) + (casts.size() == 1 ? " parameter (" : " parameters (");
+  std::size_t k = 0;
+  for (const auto& [ft, n] : by)
+    t += (k++ ? ", " : "") + std::to_string(n) + " " + std::string(io::ms_name(ft.first)) + " -> " +
+         std::string(io::ms_name(ft.second));
+  return t + ")";
+}
+
+/// Prints a dry run's preview on stdout (text or JSON), with the casts it would do.
+inline void print_preview(const std::string& what, const io::transform_preview& p, bool json,
+                          const std::vector<io::cast_record>& casts = {}) {
   if (json) {
     nlohmann::json j;
     j["dry_run"] = true;
@@ -252,6 +332,7 @@ inline void print_preview(const std::string& what, const io::transform_preview& 
     j["jobs"] = p.jobs;
     j["buffer_bytes"] = p.buffer_bytes;
     j["peak_memory_bound_bytes"] = p.peak_memory_bound;
+    j["casts"] = casts_json(casts);
     j["warnings"] = p.warnings;
     print_json(std::cout, j);
     return;
@@ -275,14 +356,18 @@ inline void print_preview(const std::string& what, const io::transform_preview& 
             << format_bytes(static_cast<double>(p.lower_bound_bytes)) << '\n'
             << "  memory          at most " << format_bytes(static_cast<double>(p.peak_memory_bound)) << " (" << p.jobs
             << (p.jobs == 1 ? " job" : " jobs") << ", chunk buffers of " << mib(p.buffer_bytes) << ")\n";
+  if (!casts.empty()) std::cout << "  casts           " << casts_text(casts) << '\n';
 }
+
+/// Prints the warnings on stderr and the summary on stdout (text or JSON). `shares`: the target
+/// ranks of each process, when several processes wrote the files.
 
 inline void print_summary(const std::string& prog, const std::string& what, const io::transform_summary& s,
                           const transform_flags& f, const std::vector<std::vector<std::int64_t>>* shares = nullptr) {
   const bool json = f.json;
   for (const auto& w : s.warnings) std::cerr << prog << ": warning: " << w << '\n';
   if (s.preview) {
-    print_preview(what, *s.preview, json);
+    print_preview(what, *s.preview, json, s.casts);
     return;
   }
   if (!f.manifest.empty()) io::write_manifest(f.manifest, s.written, f.force);
@@ -307,6 +392,7 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
     j["read_mode"] = io::to_string(s.reads);
     j["source_filesystem"] = s.source_filesystem;
     if (!f.manifest.empty()) j["manifest"] = f.manifest;
+    j["casts"] = casts_json(s.casts);
     j["warnings"] = s.warnings;
     if (shares) j["processes"] = *shares;
     print_json(std::cout, j);
@@ -337,6 +423,7 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
       std::cout << (p ? " | " : " ") << ((*shares)[p].empty() ? std::string("none") : format_ranks((*shares)[p]));
     std::cout << ")\n";
   }
+  if (!s.casts.empty()) std::cout << "  casts           " << casts_text(s.casts) << '\n';
   if (!f.manifest.empty())
     std::cout << "  manifest        " << f.manifest << " (" << s.written.size() << " files: size, SHA-256, parameters)\n";
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transform_common.hpp"
 
@@ -14,6 +15,7 @@ inline command add_verify_command(CLI::App& app) {
   struct options {
     std::string src_dir, dst_dir, src_strategy, dst_strategy, prefix = "checkpoint_", format = "ckpt", read_mode = "auto",
         manifest;
+    std::vector<std::string> dtypes;
     unsigned jobs = 0;
     bool json = false, progress = false;
   };
@@ -34,6 +36,7 @@ inline command add_verify_command(CLI::App& app) {
   sub->add_option("--manifest", o->manifest,
                   "also check the files a manifest lists (written by --manifest): sizes, SHA-256 and parameters")
       ->check(CLI::ExistingFile);
+  add_dtype_option(sub, o->dtypes);  // the casts the conversion did
   sub->add_flag("--progress", o->progress, "show a progress bar on stderr (the default when stderr is a terminal)");
   sub->add_flag("--json", o->json, "print the report as JSON");
   sub->footer(
@@ -46,6 +49,7 @@ inline command add_verify_command(CLI::App& app) {
             f.jobs = o->jobs;
             f.read_mode = o->read_mode;
             f.progress = o->progress;
+            f.dtypes = o->dtypes;
             auto r = io::verify_checkpoints(o->src_dir, o->dst_dir, o->prefix, o->src_strategy, o->dst_strategy,
                                             transform_options_of(f));
             if (!o->manifest.empty())

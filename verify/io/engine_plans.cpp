@@ -9,6 +9,7 @@
 // the plan says. transform_checkpoint_by_rank of one target, given only the files
 // rank_list_for_transform names, must write the same file, and load_checkpoint_by_rank must fill
 // memory with the same tensors.
+#include <reshard/io/cast.hpp>
 #include <reshard/io/transform.hpp>
 
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -203,7 +205,23 @@ std::vector<std::byte> tagged(index_t r, const index_list& shape, const box& b) 
   return out;
 }
 
-void write(const fs::path& dir, const scenario& s) {
+// The tags narrowed (hashed) to `type`'s element size: random bit patterns (NaNs, infinities and
+// subnormals among them) that still differ between ranks; int64 keeps the tags.
+std::vector<std::byte> in_dtype(std::vector<std::byte> tags, dtype type) {
+  const std::size_t size = element_size(type);
+  if (type == dtype::int64) return tags;
+  std::vector<std::byte> out(tags.size() / 8 * size);
+  for (std::size_t i = 0; i < tags.size() / 8; ++i) {
+    std::uint64_t v;
+    std::memcpy(&v, tags.data() + 8 * i, 8);
+    v *= 0x9E3779B97F4A7C15ull;
+    v ^= v >> 29;
+    std::memcpy(out.data() + size * i, &v, size);  // little-endian: the low bytes
+  }
+  return out;
+}
+
+void write(const fs::path& dir, const scenario& s, dtype type = dtype::int64) {
   strategy_file sf, df;
   sf.nodes.push_back({"MatMul-op0", {0, {{1}}}});
   df.nodes = sf.nodes;
@@ -221,7 +239,7 @@ void write(const fs::path& dir, const scenario& s) {
       const layout l = src_layout(p);
       if (r < l.first_rank || r >= l.first_rank + reshard::num_ranks(l)) continue;  // another stage
       const box b = reshard::box_of(l, r);
-      w.write(p.name, dtype::int64, b.extent.to_vector(), tagged(r, p.shape, b));
+      w.write(p.name, type, b.extent.to_vector(), in_dtype(tagged(r, p.shape, b), type));
     }
     const std::int64_t step = 7;
     w.write("global_step", dtype::int64, std::vector<std::int64_t>{1}, std::as_bytes(std::span(&step, 1)));
@@ -362,4 +380,83 @@ RC_GTEST_PROP(engine_plans, outputs_are_convert_of_the_round_robin_plan, ()) {
   RC_ASSERT(mem.bytes_written == total);
   RC_ASSERT(mem.files == 0u);
   RC_ASSERT(!fs::exists(dir / "one.ckpt.part"));
+}
+
+// Casts run inside the copy engine (law E1 with transform_options::casts): with random float
+// dtypes in the sources and random rules (every floating-point parameter, or one parameter named
+// by its glob), every output tensor is cast_elements of the same tensor written without casts,
+// in either read mode, with chunks down to one element, to files and to memory; the Int64
+// parameter that no rule names keeps its dtype and bytes; the summary lists exactly the casts.
+RC_GTEST_PROP(engine_plans, casts_are_cast_elements_of_the_plain_outputs, ()) {
+  const scenario s = gen_scenario();
+  const std::vector<dtype> floats{dtype::float16, dtype::bfloat16, dtype::float32, dtype::float64};
+  const dtype from = *rc::gen::elementOf(floats);
+  reshard_test::temp_dir dir;
+  write(dir.path(), s, from);
+  transform_options plain{.jobs = 1, .sync = false};
+  transform_checkpoints(dir / "src", dir / "plain", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt", plain);
+  transform_options opts{.jobs = *rc::gen::inRange(1u, 3u),
+                         .sync = false,
+                         .buffer_bytes = *rc::gen::elementOf(std::vector<std::uint64_t>{1, 64, 4 << 20}),
+                         .reads = *rc::gen::element(read_mode::mmap, read_mode::pread)};
+  const dtype all = *rc::gen::elementOf(floats);
+  opts.casts.all = all;
+  std::map<std::string, dtype> want;  // parameter -> the dtype it is written in
+  for (const auto& p : s.params) want[p.name] = all;
+  if (*rc::gen::arbitrary<bool>()) {  // one parameter named by an exact glob
+    const param& p = *rc::gen::elementOf(s.params);
+    const dtype to = *rc::gen::elementOf(floats);
+    opts.casts.named.emplace_back(p.name, to);
+    want[p.name] = to;
+  }
+  const transform_summary sum = transform_checkpoints(dir / "src", dir / "cast", "c_", dir / "src_strategy.ckpt",
+                                                      dir / "dst_strategy.ckpt", opts);
+  std::set<std::string> cast_names;
+  for (const auto& c : sum.casts) {
+    RC_ASSERT(c.from == from);
+    RC_ASSERT(c.to == want.at(c.name));
+    cast_names.insert(c.name);
+  }
+  std::set<std::string> expect_cast;
+  for (const auto& [name, to] : want)
+    if (to != from) expect_cast.insert(name);
+  RC_ASSERT(cast_names == expect_cast);
+  RC_ASSERT(!sum.warnings.empty());  // global_step (Int64) keeps its dtype
+  // verify, given the same rules, finds the cast outputs right, and without them, wrong
+  RC_ASSERT(verify_checkpoints(dir / "src", dir / "cast", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt", opts)
+                .ok());
+  RC_ASSERT(verify_checkpoints(dir / "src", dir / "cast", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
+                               {})
+                .ok() == expect_cast.empty());
+  // the outputs cast; into memory as well
+  const index_t m = *rc::gen::inRange<index_t>(0, s.N());
+  std::map<std::string, std::vector<std::byte>> loaded;
+  std::map<std::int64_t, fs::path> files;
+  for (index_t r = 0; r < s.M(); ++r) files.emplace(r, dir / "src" / ("rank_" + std::to_string(r)) / "net.ckpt");
+  load_checkpoint_by_rank(
+      m, files, dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
+      [&](index_t, std::string_view name, dtype, std::span<const std::int64_t>, std::uint64_t bytes) {
+        auto& v = loaded[std::string(name)];
+        v.assign(static_cast<std::size_t>(bytes), std::byte{0xEE});
+        return std::span<std::byte>(v);
+      },
+      opts);
+  for (index_t t = 0; t < s.N(); ++t) {
+    checkpoint_reader a(rank_checkpoint_path(dir / "plain", "c_", t, checkpoint_format::ckpt));
+    checkpoint_reader b(rank_checkpoint_path(dir / "cast", "c_", t, checkpoint_format::ckpt));
+    RC_ASSERT(a.entries().size() == b.entries().size());
+    for (std::size_t i = 0; i < a.entries().size(); ++i) {
+      const tensor_ref& x = a.entries()[i];
+      const tensor_ref& y = b.entries()[i];
+      RC_ASSERT(x.name == y.name);
+      RC_ASSERT(x.dims == y.dims);
+      const dtype to = want.count(x.name) ? want.at(x.name) : x.type;
+      RC_ASSERT(y.type == to);
+      const std::vector<std::byte> in = content(x);
+      std::vector<std::byte> out(in.size() / element_size(x.type) * element_size(to));
+      cast_elements(in, x.type, out, to);
+      RC_ASSERT(content(y) == out);
+      if (t == m) RC_ASSERT(loaded.at(x.name) == out);
+    }
+  }
 }

@@ -11,6 +11,7 @@
 #include <reshard/io/crc32.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
+#include <reshard/io/hf.hpp>
 #include <reshard/io/mapped_file.hpp>
 #include <reshard/io/safetensors.hpp>
 #include <reshard/io/strategy.hpp>
@@ -47,19 +48,23 @@ namespace reshard::io {
 // ---------------------------------------------------------------------------------------------
 // formats
 
-/// The two checkpoint formats MindSpore writes.
-enum class checkpoint_format : std::uint8_t { ckpt, safetensors };
+/// The two checkpoint formats MindSpore writes, and Hugging Face's directory of safetensors
+/// shards (hf.hpp): one checkpoint of full tensors.
+enum class checkpoint_format : std::uint8_t { ckpt, safetensors, hf };
 
 constexpr std::string_view to_string(checkpoint_format f) noexcept {
-  return f == checkpoint_format::ckpt ? "ckpt" : "safetensors";
+  return f == checkpoint_format::ckpt ? "ckpt" : f == checkpoint_format::safetensors ? "safetensors" : "hf";
 }
-/// ".ckpt" or ".safetensors".
+/// ".ckpt" or ".safetensors" (hf: none, a directory).
 constexpr std::string_view extension_of(checkpoint_format f) noexcept {
-  return f == checkpoint_format::ckpt ? ".ckpt" : ".safetensors";
+  return f == checkpoint_format::ckpt ? ".ckpt" : f == checkpoint_format::safetensors ? ".safetensors" : "";
 }
-/// safetensors if `path` ends in ".safetensors", ckpt otherwise.
+/// hf if `path` is a directory (a Hugging Face checkpoint: hf.hpp), safetensors if it ends in
+/// ".safetensors", ckpt otherwise.
 inline checkpoint_format format_of(const std::filesystem::path& path) {
-  return path.extension() == ".safetensors" ? checkpoint_format::safetensors : checkpoint_format::ckpt;
+  if (path.extension() == ".safetensors") return checkpoint_format::safetensors;
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) ? checkpoint_format::hf : checkpoint_format::ckpt;
 }
 
 /// The checkpoint file of rank `rank` in a distributed checkpoint directory, as the workflows
@@ -80,7 +85,7 @@ enum class file_kind : std::uint8_t { checkpoint, safetensors, strategy };
 
 inline file_kind detect_file_kind(const std::filesystem::path& path) {
   if (is_json_strategy(path)) return file_kind::strategy;
-  if (format_of(path) == checkpoint_format::safetensors) return file_kind::safetensors;
+  if (format_of(path) != checkpoint_format::ckpt) return file_kind::safetensors;
   mapped_file f(path, "inspect");
   const auto b = f.bytes();
   if (!b.empty() && b[0] == std::byte{0x08}) return file_kind::strategy;
@@ -144,7 +149,8 @@ struct tensor_ref {
   bool is_scalar() const noexcept { return detail::is_scalar(map_tensor, dims, pieces); }
 };
 
-/// A checkpoint file (.ckpt, or .safetensors by its name), memory-mapped and indexed. The CRC
+/// A checkpoint file (.ckpt, or .safetensors by its name, or a Hugging Face directory of
+/// safetensors shards, read as one file: hf_checkpoint), memory-mapped and indexed. The CRC
 /// trailer of a ckpt file is checked by verify_crc(), which streams the file and releases its
 /// pages as it goes (the constructor only reads the Values' headers).
 class checkpoint_reader {
@@ -154,6 +160,10 @@ class checkpoint_reader {
       ckpt_.emplace(std::move(path), ckpt_read_options{.verify_crc = false});
       for (const auto& e : ckpt_->entries())
         entries_.push_back({e.name, e.map_tensor, e.type, e.dims, e.pieces, &e});
+    } else if (format_ == checkpoint_format::hf) {
+      hf_ = std::make_unique<hf_checkpoint>(std::move(path));
+      for (const auto& e : hf_->entries())
+        entries_.push_back({e.tensor.name, false, e.tensor.type, e.tensor.shape, {e.tensor.data}, nullptr});
     } else {
       st_.emplace(std::move(path));
       for (const auto& e : st_->entries()) entries_.push_back({e.name, false, e.type, e.shape, {e.data}, nullptr});
@@ -161,17 +171,18 @@ class checkpoint_reader {
     }
     for (std::size_t i = 0; i < entries_.size(); ++i) by_name_.emplace(entries_[i].name, i);
     std::error_code ec;
-    file_size_ = std::filesystem::file_size(path_ref(), ec);
+    file_size_ = hf_ ? hf_->file_size() : std::filesystem::file_size(path_ref(), ec);
     release_all();  // indexing touched the headers only; start from nothing resident
   }
 
   const std::filesystem::path& path() const noexcept { return path_ref(); }
   checkpoint_format format() const noexcept { return format_; }
-  /// The file's size in bytes.
+  /// The file's size in bytes (hf: the shards' total).
   std::uint64_t file_size() const noexcept { return file_size_; }
   std::span<const tensor_ref> entries() const noexcept { return entries_; }
-  /// The mapped bytes: the whole file (ckpt), the data section (safetensors).
-  std::span<const std::byte> bytes() const noexcept { return ckpt_ ? ckpt_->bytes() : st_bytes_; }
+  /// The mapped bytes: the whole file (ckpt), the data section (safetensors), the range of all
+  /// the shards (hf).
+  std::span<const std::byte> bytes() const noexcept { return ckpt_ ? ckpt_->bytes() : hf_ ? hf_->bytes() : st_bytes_; }
   bool has_crc() const noexcept { return ckpt_ && ckpt_->has_crc(); }
 
   const tensor_ref* find(std::string_view name) const {
@@ -198,8 +209,10 @@ class checkpoint_reader {
   /// Releases every resident page of the mapping (the data stay readable).
   void release_all() const noexcept { detail::release_pages(bytes()); }
 
-  /// The file offset of a byte of the mapping (of an entry's pieces).
+  /// The file offset of a byte of the mapping (of an entry's pieces; hf: the logical offset in
+  /// the range of the shards).
   std::uint64_t offset_of(const std::byte* p) const noexcept {
+    if (hf_) return hf_->offset_of(p);
     return static_cast<std::uint64_t>(p - (ckpt_ ? ckpt_->bytes() : st_->file_bytes()).data());
   }
 
@@ -207,6 +220,7 @@ class checkpoint_reader {
   /// on network filesystems and on machines where page faults are dear, faster than reading the
   /// mapping). The descriptor is opened on first use and kept until close_for_reads().
   void pread_into(std::span<std::byte> out, std::uint64_t offset) const {
+    if (hf_) return hf_->pread_into(out, offset);
     const int fd = read_fd();
     while (!out.empty()) {
       const ::ssize_t n = ::pread(fd, out.data(), out.size(), static_cast<::off_t>(offset));
@@ -223,6 +237,7 @@ class checkpoint_reader {
   }
   /// Closes the descriptor pread_into() opened (reopened if read again).
   void close_for_reads() const noexcept {
+    if (hf_) hf_->close_for_reads();
     const std::lock_guard<std::mutex> lock(*fd_mutex_);
     detail::close_fd(fd_);
   }
@@ -231,7 +246,9 @@ class checkpoint_reader {
   checkpoint_reader& operator=(checkpoint_reader&&) = delete;
 
  private:
-  const std::filesystem::path& path_ref() const noexcept { return ckpt_ ? ckpt_->path() : st_->path(); }
+  const std::filesystem::path& path_ref() const noexcept {
+    return ckpt_ ? ckpt_->path() : hf_ ? hf_->path() : st_->path();
+  }
   std::span<const std::byte> data_section_st() const noexcept {
     // the data of a safetensors file: from its first tensor's data to its last's (computed once:
     // bytes() is called per tensor written)
@@ -259,6 +276,7 @@ class checkpoint_reader {
   checkpoint_format format_;
   std::optional<ckpt_file> ckpt_;
   std::optional<safetensors_file> st_;
+  std::unique_ptr<hf_checkpoint> hf_;
   std::vector<tensor_ref> entries_;
   std::unordered_map<std::string, std::size_t> by_name_;
   std::uint64_t file_size_ = 0;

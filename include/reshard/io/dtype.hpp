@@ -123,6 +123,14 @@ constexpr std::optional<dtype> dtype_from_numpy_name(std::string_view name) noex
   return std::nullopt;
 }
 
+/// The dtype named `name` in any of the namings above: MindSpore's ("Float32", "BFloat16"),
+/// numpy's ("float32", "bfloat16") or safetensors' ("F32", "BF16").
+constexpr std::optional<dtype> dtype_from_name(std::string_view name) noexcept {
+  if (auto t = dtype_from_ms_name(name)) return t;
+  if (auto t = dtype_from_numpy_name(name)) return t;
+  return dtype_from_safetensors_name(name);
+}
+
 inline std::ostream& operator<<(std::ostream& os, dtype t) { return os << ms_name(t); }
 
 /// Number of elements of `shape` (1 for the empty shape); none if a dimension is negative or the

@@ -46,6 +46,7 @@
 #include <reshard/parallel.hpp>
 #include <reshard/partition.hpp>
 #include <reshard/plan.hpp>
+#include <reshard/io/cast.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/ckpt.hpp>
 #include <reshard/io/detail/text.hpp>
@@ -118,6 +119,25 @@ struct name_rules {
   bool empty() const noexcept { return include.empty() && exclude.empty() && rename.empty() && rename_exact.empty(); }
 };
 
+/// Which parameters a transform casts to another dtype, and to which (cast.hpp gives the rounding
+/// rules). A parameter whose source name matches a `named` glob (fnmatch(3), the first that
+/// matches) is cast to that glob's dtype; any other floating-point parameter (Float16, BFloat16,
+/// Float32, Float64) is cast to `all` if set; integer, Bool and str parameters keep their dtype
+/// (the summary warns how many). Checked before anything is written: every glob must match a
+/// parameter written, and a named cast that cast.hpp refuses (an integer parameter, a map tensor)
+/// is an error. The casts run inside the copy engine, on each run of elements it copies.
+struct dtype_rules {
+  std::optional<dtype> all;
+  std::vector<std::pair<std::string, dtype>> named;  ///< (glob over the source name, dtype), in order
+  bool empty() const noexcept { return !all && named.empty(); }
+};
+
+/// One parameter a transform cast (transform_summary::casts).
+struct cast_record {
+  std::string name;  ///< the output name
+  dtype from = dtype::float32, to = dtype::float32;
+};
+
 /// How the engine reads the source tensors.
 enum class read_mode : std::uint8_t {
   automatic,  ///< the default: pread (see docs/cli.md, "Reading and writing", for the measurements)
@@ -131,8 +151,14 @@ constexpr std::string_view to_string(read_mode m) noexcept {
 
 struct transform_options {
   /// Format of the files transform_checkpoints / split_checkpoint write (the by-file functions
-  /// follow the output file's name: ".safetensors" or not).
+  /// follow the output file's name: ".safetensors" or not). checkpoint_format::hf: the by-file
+  /// functions (merge, convert, by rank) write a Hugging Face checkpoint into the output path, a
+  /// directory: safetensors shards of at most max_shard_bytes filled in the target's order
+  /// (hf_shards), then model.safetensors.index.json, all staged and renamed into place with the
+  /// index last (hf.hpp; one shard: model.safetensors, no index).
   checkpoint_format format = checkpoint_format::ckpt;
+  /// The bound on a Hugging Face shard's tensor bytes (format hf); 5 GB, as Hugging Face's default.
+  std::uint64_t max_shard_bytes = 5'000'000'000;
   /// Target files written in parallel; 0 (the default): one per core, at most one per target
   /// file. The summary reports the number used.
   unsigned jobs = 0;
@@ -155,6 +181,8 @@ struct transform_options {
   std::uint64_t max_memory = 0;
   /// Which parameters are written, under which names (see name_rules).
   name_rules names{};
+  /// Which parameters are cast to another dtype (see dtype_rules).
+  dtype_rules casts{};
   /// Compute the SHA-256 of every file written, as it is written (the summary's `written`; a
   /// manifest, manifest.hpp). Costs a pass of the CPU over the bytes (sha256.hpp: 1.4 GB/s a
   /// core with the x86 SHA extensions, 0.2 GB/s without).
@@ -238,6 +266,7 @@ struct transform_summary {
   std::vector<std::string> warnings;  ///< things done that the caller may not expect
   std::optional<transform_preview> preview;  ///< transform_options::dry_run: what would be done
   std::vector<written_file> written;  ///< the files written, by target, with their tensors (and digests)
+  std::vector<cast_record> casts;     ///< the parameters cast (transform_options::casts), by name
 
   /// Bytes written per second.
   double throughput() const noexcept { return seconds > 0 ? static_cast<double>(bytes_written) / seconds : 0.0; }
@@ -357,6 +386,26 @@ inline void copy_from_pieces(std::span<const std::span<const std::byte>> pieces,
     out += b.size();
   });
 }
+
+// The cast of the elements a copy job moves (transform_options::casts): the job's runs have their
+// destinations laid out for the source's element size from `chunk` (the chunk buffer, sized for
+// the larger of the two), and land at the same element index of the chunk in dtype `to`.
+struct run_cast {
+  dtype from = dtype::float32, to = dtype::float32;
+  bool active() const noexcept { return from != to; }
+  void put(std::byte* chunk, std::byte* dst, const std::byte* src, std::size_t n) const {
+    const std::size_t in = element_size(from), out = element_size(to);
+    std::byte* at = chunk + static_cast<std::size_t>(dst - chunk) / in * out;
+    cast_elements(std::span<const std::byte>(src, n), from, std::span<std::byte>(at, n / in * out), to);
+  }
+  // stores n source bytes at dst: copied, or cast
+  void store(std::byte* chunk, std::byte* dst, const std::byte* src, std::size_t n) const {
+    if (active())
+      put(chunk, dst, src, n);
+    else
+      std::memcpy(dst, src, n);
+  }
+};
 
 // Each release of source pages is a page-table change (a TLB flush: about 100 us on some virtual
 // machines, 30 a file when every tensor released its own range). So the ranges a job reads are
@@ -539,8 +588,8 @@ class transform_job {
     for (const auto& t : targets_) {
       target_preview tp{t.rank, t.path, 0, {}, 0, 0};
       for_each_item(t.rank, [&](out_item& it) {
-        const std::uint64_t bytes = item_bytes(t.rank, it);
-        tp.tensor_bytes += bytes;
+        tp.tensor_bytes += item_bytes(t.rank, it);
+        const std::uint64_t bytes = item_source_bytes(t.rank, it);
         if (!it.p || !it.p->src) {  // not in the source strategy: whole from the base file t % M
           tp.reads[it.base] += bytes;
           if (it.base != t.rank) tp.cross_bytes += bytes, tp.lower_bound_bytes += bytes;
@@ -628,6 +677,7 @@ class transform_job {
   // The summary's fields known at the end.
   void finish(transform_summary& s) {
     s.source_files = readers_.size();
+    s.casts = cast_records_;
     for (const auto& [r, rd] : readers_) s.source_bytes += rd->file_size();
     s.warnings = std::move(warnings_);
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -705,6 +755,20 @@ class transform_job {
     }
     for (const auto& t : targets_) {
       struct ::stat st {};
+      if (hf_target()) {  // a directory, which may exist (with config files): not a source, nor holding a checkpoint
+        if (::stat(t.path.c_str(), &st) == 0) {
+          const auto hit = sources.find({st.st_dev, st.st_ino});
+          if (hit != sources.end())
+            report_error(op_ + ": output directory " + t.path.string() + " is the source of rank " +
+                         std::to_string(hit->second) + " (inputs are never modified)");
+          for (const std::string_view name : {hf_index_name, hf_single_name})
+            if (!opts_.force && ::lstat((t.path / name).c_str(), &st) == 0)
+              report_error(op_ + ": " + (t.path / name).string() + " exists (pass force / --force to replace it)");
+          if (::stat(t.path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+            report_error(op_ + ": " + t.path.string() + " is not a directory (a Hugging Face checkpoint is one)");
+        }
+        continue;
+      }
       if (::lstat(t.path.c_str(), &st) != 0) continue;  // absent: the usual case
       struct ::stat target {};
       if (::stat(t.path.c_str(), &target) == 0) {
@@ -729,6 +793,7 @@ class transform_job {
           report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + quote_name(it.name()) +
                        " would be written twice");
         check_item(t, it, used);
+        decide_cast(it);
         total += item_bytes(t.rank, it);
       });
       for (index_t r : used) ++uses_[r].targets;
@@ -736,6 +801,7 @@ class transform_job {
         report_error(op_ + ": target rank " + std::to_string(t.rank) + " would get no parameters");
     }
     bytes_total_ = total;
+    check_casts();
     check_opened();
     if (!previewing_) verify_crcs();
   }
@@ -799,6 +865,75 @@ class transform_job {
   }
 
   static std::string quote_name(std::string_view n) { return detail::quote_name(n); }
+
+  // -- dtype_rules
+  // Decides the dtype item `it` is written in (once per parameter), and checks it.
+  void decide_cast(const out_item& it) {
+    const dtype_rules& r = opts_.casts;
+    if (r.empty()) return;
+    const std::string_view name = it.source_name();
+    if (cast_decided_.count(name)) return;
+    cast_decided_.emplace(name);
+    named_hits_.resize(r.named.size());
+    const dtype from = it.p ? it.p->type : it.raw->type;
+    const bool map = !it.p && it.raw->map_tensor;
+    std::optional<dtype> to;
+    for (std::size_t i = 0; i < r.named.size() && !to; ++i)
+      if (::fnmatch(r.named[i].first.c_str(), std::string(name).c_str(), 0) == 0) {
+        ++named_hits_[i];
+        to = r.named[i].second;
+        const std::string who = op_ + ": " + open(it.base).path().string() + ": parameter " + quote_name(name) +
+                                " (dtype rule " + quote_name(r.named[i].first) + ")";
+        if (map && *to != from) report_error(who + ": a map tensor is never cast");
+        check_cast(from, *to, true, who);
+      }
+    if (!to && r.all) {
+      if (is_floating(from) && !map)
+        to = r.all;
+      else
+        ++kept_dtypes_, kept_example_ = kept_example_.empty() ? std::string(name) : kept_example_;
+    }
+    if (!to || *to == from) return;
+    cast_to_.emplace(std::string(name), *to);
+    cast_records_.push_back({std::string(it.name()), from, *to});
+  }
+  // After every item was decided: each named glob matches a parameter of the sources (one that
+  // this job writes, or one of the source strategy or the targets' base files that it does not,
+  // such as a parameter of another pipeline stage).
+  void check_casts() {
+    const dtype_rules& r = opts_.casts;
+    named_hits_.resize(r.named.size());
+    std::set<std::string, std::less<>> all;
+    for (std::size_t i = 0; i < r.named.size(); ++i) {
+      if (named_hits_[i] != 0) continue;
+      if (all.empty()) {
+        for (const auto& name : src_.names()) all.insert(name);
+        for (const auto& t : targets_)
+          for (const auto& e : open(t.rank % M_).entries()) all.insert(e.name);
+      }
+      const bool any = std::any_of(all.begin(), all.end(), [&](const std::string& name) {
+        return ::fnmatch(r.named[i].first.c_str(), name.c_str(), 0) == 0;
+      });
+      if (!any)
+        report_error(op_ + ": dtype rule " + quote_name(r.named[i].first) + "=" + std::string(ms_name(r.named[i].second)) +
+                     " matches no parameter of the sources (" + std::to_string(all.size()) +
+                     " parameters; `reshard inspect` lists them)");
+    }
+    if (kept_dtypes_ > 0)
+      warnings_.push_back(std::to_string(kept_dtypes_) + (kept_dtypes_ == 1 ? " parameter that is" : " parameters that are") +
+                          " not floating point (such as " + quote_name(kept_example_) + (kept_dtypes_ == 1 ? ") keeps its dtype: " : ") keep their dtype: ") +
+                          "the cast to " + std::string(ms_name(*r.all)) +
+                          " applies to floating-point parameters only (name one with GLOB=DTYPE to cast it)");
+    std::sort(cast_records_.begin(), cast_records_.end(),
+              [](const cast_record& a, const cast_record& b) { return a.name < b.name; });
+  }
+  // The dtype item `it` is written in.
+  dtype out_type(const out_item& it) const {
+    const dtype from = it.p ? it.p->type : it.raw->type;
+    if (cast_to_.empty()) return from;
+    const auto c = cast_to_.find(it.source_name());
+    return c == cast_to_.end() ? from : c->second;
+  }
 
   // -- name_rules
   // Decides the selected parameters and their output names (renamed_), from every parameter of
@@ -1118,7 +1253,7 @@ class transform_job {
 
   // Checks one item of target t; adds the source ranks it reads to `used`.
   void check_item(const transform_target& t, out_item& it, std::set<index_t>& used) {
-    const bool st = format_of(t.path) == checkpoint_format::safetensors;
+    const bool st = hf_target() || format_of(t.path) == checkpoint_format::safetensors;
     if (!it.p) {
       const tensor_ref& e = *it.raw;
       if (st && (e.map_tensor || e.type == dtype::str))
@@ -1141,10 +1276,16 @@ class transform_job {
     }
   }
 
-  std::uint64_t item_bytes(index_t t, const out_item& it) const {
+  // The bytes item `it` of target t reads (in its source dtype) and writes (in its output dtype).
+  std::uint64_t item_source_bytes(index_t t, const out_item& it) const {
     if (!it.p) return it.raw->content_size();
     if (it.p->scalar) return element_size(it.p->type);
     return static_cast<std::uint64_t>(volume(target_box(it, t))) * element_size(it.p->type);
+  }
+  std::uint64_t item_bytes(index_t t, const out_item& it) const {
+    const std::uint64_t n = item_source_bytes(t, it);
+    const dtype from = it.p ? it.p->type : it.raw->type, to = out_type(it);
+    return from == to ? n : n / element_size(from) * element_size(to);
   }
 
   void verify_crcs() {
@@ -1166,6 +1307,9 @@ class transform_job {
 
   read_mode reads() const noexcept { return opts_.reads == read_mode::mmap ? read_mode::mmap : read_mode::pread; }
 
+  // The targets are Hugging Face checkpoint directories.
+  bool hf_target() const noexcept { return opts_.format == checkpoint_format::hf; }
+
   // Staged files are written with their write-back started, and fsynced together in stage().
   io::durability durability() const noexcept { return opts_.sync ? io::durability::deferred : io::durability::none; }
   // fsyncs in flight at once: waits on the disk, not work for the cores.
@@ -1181,6 +1325,7 @@ class transform_job {
     std::span<std::byte> tensor;  // memory: the current tensor's
     std::size_t filled = 0;       // and the bytes of it written
     std::optional<verify_comparison> compare;  // verify: the file the bytes are compared with
+    std::function<void(std::size_t)> open_shard;  // hf: makes `st` the writer of shard k
     void begin(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) {
       if (ckpt) ckpt->begin(name, type, dims, bytes);
       if (memory) tensor = (*memory)(rank, name, type, dims, bytes), filled = 0;
@@ -1308,7 +1453,7 @@ class transform_job {
   void make_directories() {
     for (const auto& t : targets_) {
       std::vector<std::filesystem::path> missing;
-      for (auto d = t.path.parent_path(); !d.empty(); d = d.parent_path()) {
+      for (auto d = hf_target() ? t.path : t.path.parent_path(); !d.empty(); d = d.parent_path()) {
         std::error_code ec;
         if (std::filesystem::exists(d, ec)) break;
         missing.push_back(d);
@@ -1324,25 +1469,55 @@ class transform_job {
   }
 
   // Writes every target as a staged file (parallel over targets).
+  // Every target is one staged file, or (hf) its shards then its index: first_stage_[i] ..
+  // first_stage_[i + 1] of stage_, in the order they are renamed into place.
   transform_summary write_all() {
-    stage_.assign(targets_.size(), {});
+    stage_.clear();
+    first_stage_.assign(targets_.size() + 1, 0);
+    hf_plans_.assign(targets_.size(), {});
+    const auto staged_as = [](const std::filesystem::path& final) {
+      staged st;
+      st.final = final;
+      st.part = final;
+      st.part += detail::temp_marker() + std::to_string(::getpid()) + ".part";
+      return st;
+    };
     for (std::size_t i = 0; i < targets_.size(); ++i) {
-      stage_[i].final = targets_[i].path;
-      stage_[i].part = targets_[i].path;
-      stage_[i].part += detail::temp_marker() + std::to_string(::getpid()) + ".part";
+      first_stage_[i] = stage_.size();
+      if (!hf_target()) {
+        stage_.push_back(staged_as(targets_[i].path));
+        continue;
+      }
+      hf_plans_[i] = plan_hf(targets_[i]);
+      const std::size_t k = hf_plans_[i].first.size();
+      for (std::size_t j = 0; j < k; ++j) stage_.push_back(staged_as(targets_[i].path / hf_shard_name(j, k)));
+      if (k > 1) stage_.push_back(staged_as(targets_[i].path / hf_index_name));
+      if (!opts_.force)
+        for (std::size_t j = first_stage_[i]; j < stage_.size(); ++j) {
+          struct ::stat st {};
+          if (::lstat(stage_[j].final.c_str(), &st) == 0)
+            report_error(op_ + ": " + stage_[j].final.string() + " exists (pass force / --force to replace it)");
+        }
     }
+    first_stage_[targets_.size()] = stage_.size();
     std::vector<transform_summary> per(targets_.size());
-    std::vector<written_file> records(targets_.size());
+    std::vector<std::vector<written_file>> records(targets_.size());
     make_directories();
-    for (const auto& t : targets_) detail::remove_stale_temporaries(t.path);  // of killed runs
+    for (const auto& st : stage_) detail::remove_stale_temporaries(st.final);  // of killed runs
     reshard::parallel_for(targets_.size(), threads(), [&](std::size_t i) {
-      per[i] = write_target(targets_[i], stage_[i].part, records[i]);
-      stage_[i].written = true;
+      if (hf_target()) {
+        per[i] = write_hf(i, records[i]);
+      } else {
+        records[i].emplace_back();
+        per[i] = write_target(targets_[i], stage_[first_stage_[i]].part, records[i].back());
+        stage_[first_stage_[i]].written = true;
+      }
     });
     transform_summary s;
-    s.written = std::move(records);
+    for (auto& r : records)
+      for (auto& w : r) s.written.push_back(std::move(w));
     for (const auto& p : per) {
-      s.files += 1;
+      s.files += p.files;
       s.sliced += p.sliced;
       s.copied += p.copied;
       s.bytes_read += p.bytes_read;
@@ -1354,6 +1529,11 @@ class transform_job {
   // Every target is complete: moves them into place; on a failure, the files renamed so far are
   // removed (new files only) and the staged ones stay for discard().
   void rename_all() {
+    // force onto a Hugging Face checkpoint: its index (and single file) go first, so that from
+    // here on no old or mixed checkpoint looks complete; its other shards go at the end
+    if (hf_target() && opts_.force)
+      for (const auto& t : targets_)
+        for (const std::string_view name : {hf_index_name, hf_single_name}) ::unlink((t.path / name).c_str());
     for (std::size_t i = 0; i < stage_.size(); ++i) {
       int err = 0;
       detail::crash_point();  // test-only (RESHARD_TEST_CRASH_AFTER)
@@ -1373,12 +1553,27 @@ class transform_job {
       stage_[i].written = false;  // renamed: nothing to clean up
       summary_.outputs.push_back(stage_[i].final);
     }
+    if (hf_target() && opts_.force) remove_old_shards();
     std::set<std::filesystem::path> dirs;  // make the renames and the new directories durable
     for (const auto& st : stage_) dirs.insert(st.final.parent_path());
     for (const auto& d : created_dirs_) dirs.insert(d.parent_path());
     created_dirs_.clear();  // they hold outputs now
     if (!opts_.sync) return;
     for (const auto& d : dirs) detail::fsync_directory(d);
+  }
+
+  // force onto a Hugging Face checkpoint: removes the shards of the one replaced (files named
+  // model-<k>-of-<n>.safetensors) that the new one does not have.
+  void remove_old_shards() {
+    std::set<std::filesystem::path> mine(summary_.outputs.begin(), summary_.outputs.end());
+    const std::regex shard(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
+    for (const auto& t : targets_) {
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(t.path, ec)) {
+        const auto name = e.path().filename().string();
+        if (!mine.count(e.path()) && std::regex_match(name, shard)) ::unlink(e.path().c_str());
+      }
+    }
   }
 
   // Removes the staged files and the directories this job created (only if empty).
@@ -1404,16 +1599,7 @@ class transform_job {
     if (st) {
       std::sort(items.begin(), items.end(), [](const out_item& a, const out_item& b) { return a.name() < b.name(); });
       std::vector<safetensors_tensor_info> infos;
-      for (const auto& it : items) {
-        std::vector<std::int64_t> shape;
-        if (it.p && !it.p->scalar) {
-          const box tb = target_box(it, t.rank);
-          shape.assign(tb.extent.begin(), tb.extent.end());
-        } else if (!it.p && !it.raw->is_scalar()) {
-          shape = it.raw->dims;
-        }
-        infos.push_back({std::string(it.name()), it.p ? it.p->type : it.raw->type, std::move(shape)});
-      }
+      for (const auto& it : items) infos.push_back(st_info(it, t.rank));
       out.st.emplace(part, std::move(infos),
                      safetensors_write_options{.overwrite = true, .durability = durability(), .on_write = on_write});
     } else {
@@ -1424,24 +1610,121 @@ class transform_job {
                                                 .on_write = on_write});
     }
     record.path = t.path;
-    for (const auto& it : items) {
-      written_file::tensor w{std::string(it.name()), it.p ? it.p->type : it.raw->type, {}};
-      if (it.p)
-        w.dims = it.p->scalar ? it.p->scalar_dims : target_box(it, t.rank).extent.to_vector();
-      else
-        w.dims = it.raw->dims;
-      record.tensors.push_back(std::move(w));
-    }
+    for (const auto& it : items) record.tensors.push_back(tensor_record(it, t.rank));
     transform_summary s = fill_target(t, out, std::move(items));
     std::error_code ec;
     s.bytes_written = std::filesystem::file_size(part, ec);
+    s.files = 1;
     record.bytes = s.bytes_written;
     if (opts_.digests) record.sha256 = digest.hex();
     return s;
   }
 
+  // Item `it` of target t as a safetensors tensor (dims [] for a scalar), and as a manifest's.
+  safetensors_tensor_info st_info(const out_item& it, index_t t) const {
+    std::vector<std::int64_t> shape;
+    if (it.p && !it.p->scalar)
+      shape = target_box(it, t).extent.to_vector();
+    else if (!it.p && !it.raw->is_scalar())
+      shape = it.raw->dims;
+    return {std::string(it.name()), out_type(it), std::move(shape)};
+  }
+  written_file::tensor tensor_record(const out_item& it, index_t t) const {
+    written_file::tensor w{std::string(it.name()), out_type(it), {}};
+    if (it.p)
+      w.dims = it.p->scalar ? it.p->scalar_dims : target_box(it, t).extent.to_vector();
+    else
+      w.dims = it.raw->dims;
+    return w;
+  }
+
+  // -- Hugging Face targets
+  // A target's items in shards: Hugging Face's rule (hf_shards) over the target's order, then
+  // each shard in the safetensors library's data order (by dtype, the widest first, then name).
+  struct hf_plan {
+    std::vector<out_item> items;
+    std::vector<std::size_t> first;  // each shard's first item
+  };
+  hf_plan plan_hf(const transform_target& t) {
+    hf_plan pl;
+    for_each_item(t.rank, [&](out_item& it) { pl.items.push_back(it); });
+    std::vector<std::uint64_t> sizes;
+    for (const auto& it : pl.items) sizes.push_back(item_bytes(t.rank, it));
+    pl.first = hf_shards(sizes, opts_.max_shard_bytes);
+    for (std::size_t k = 0; k < pl.first.size(); ++k) {
+      const auto end = k + 1 < pl.first.size() ? pl.first[k + 1] : pl.items.size();
+      std::sort(pl.items.begin() + static_cast<std::ptrdiff_t>(pl.first[k]),
+                pl.items.begin() + static_cast<std::ptrdiff_t>(end),
+                [&](const out_item& a, const out_item& b) {
+                  return safetensors_before(safetensors_order::dtype, out_type(a), a.name(), out_type(b), b.name());
+                });
+    }
+    return pl;
+  }
+
+  // Writes target i as a Hugging Face checkpoint: its shards, then (several shards) the index.
+  transform_summary write_hf(std::size_t i, std::vector<written_file>& records) {
+    const transform_target& t = targets_[i];
+    const hf_plan& pl = hf_plans_[i];
+    const std::size_t count = pl.first.size();
+    staged* files = stage_.data() + first_stage_[i];
+    std::vector<sha256> digests(count + 1);
+    sink out;
+    out.open_shard = [&](std::size_t k) {
+      if (k > 0) files[k - 1].written = true;  // committed
+      const std::size_t end = k + 1 < count ? pl.first[k + 1] : pl.items.size();
+      std::vector<safetensors_tensor_info> infos;
+      written_file rec;
+      rec.path = files[k].final;
+      for (std::size_t j = pl.first[k]; j < end; ++j) {
+        infos.push_back(st_info(pl.items[j], t.rank));
+        rec.tensors.push_back(tensor_record(pl.items[j], t.rank));
+      }
+      records.push_back(std::move(rec));
+      std::function<void(std::span<const std::byte>)> on_write;
+      if (opts_.digests) on_write = [d = &digests[k]](std::span<const std::byte> b) { d->update(b); };
+      out.st.emplace(files[k].part, std::move(infos),
+                     safetensors_write_options{.metadata = {{"format", "pt"}},
+                                               .order = safetensors_order::dtype,
+                                               .overwrite = true,
+                                               .durability = durability(),
+                                               .on_write = std::move(on_write)});
+    };
+    transform_summary s = fill_target(t, out, pl.items, pl.first);
+    if (count > 0) files[count - 1].written = true;
+    std::uint64_t total = 0;
+    std::map<std::string, std::string> weight_map;
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t end = k + 1 < count ? pl.first[k + 1] : pl.items.size();
+      for (std::size_t j = pl.first[k]; j < end; ++j) {
+        weight_map.emplace(std::string(pl.items[j].name()), hf_shard_name(k, count));
+        total += item_bytes(t.rank, pl.items[j]);
+      }
+      std::error_code ec;
+      records[k].bytes = std::filesystem::file_size(files[k].part, ec);
+      if (opts_.digests) records[k].sha256 = digests[k].hex();
+      s.bytes_written += records[k].bytes;
+    }
+    s.files = count;
+    if (count > 1) {  // the index, last
+      const std::string text = hf_index_json(total, weight_map);
+      atomic_file_writer w(files[count].part, true, "hf", durability());
+      if (opts_.digests) w.observe([d = &digests[count]](std::span<const std::byte> b) { d->update(b); });
+      w.write(text);
+      w.commit();
+      files[count].written = true;
+      records.push_back({files[count].final, text.size(), opts_.digests ? digests[count].hex() : std::string(), {}});
+      s.bytes_written += text.size();
+      s.files += 1;
+    }
+    return s;
+  }
+
   // Writes target t's items (default: in for_each_item's order) to `out`, and commits a file.
-  transform_summary fill_target(const transform_target& t, sink& out, std::optional<std::vector<out_item>> given = {}) {
+  // With `shard_first` (hf), out.open_shard(k) is called before item shard_first[k], after the
+  // previous shard's file is committed.
+  transform_summary fill_target(const transform_target& t, sink& out, std::optional<std::vector<out_item>> given = {},
+                                std::span<const std::size_t> shard_first = {}) {
     transform_summary s;
     std::vector<out_item> items;
     if (given)
@@ -1451,12 +1734,18 @@ class transform_job {
     std::vector<std::byte> buffer;
     std::set<index_t> used;
     std::uint64_t tensor_bytes = 0;
-    for (const auto& it : items) {
+    std::size_t shard = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const out_item& it = items[i];
+      if (shard < shard_first.size() && shard_first[shard] == i) {
+        if (out.st) out.st->commit();
+        out.open_shard(shard++);
+      }
       if (it.p) {
         write_sliced(out, it, t.rank, buffer, used, s);
         ++s.sliced;
       } else {
-        write_raw(out, it, s);
+        write_raw(out, it, buffer, s);
         ++s.copied;
         used.insert(it.base);
       }
@@ -1544,9 +1833,27 @@ class transform_job {
       opts_.progress({rank, name, bytes_done_, bytes_total_, files_done_, targets_.size()});
   }
 
-  void write_raw(sink& out, const out_item& it, transform_summary& s) {
+  void write_raw(sink& out, const out_item& it, std::vector<std::byte>& buffer, transform_summary& s) {
     const tensor_ref& e = *it.raw;
-    if (out.ckpt && e.ckpt && it.out.empty()) {  // the serialized Value as it is (same name)
+    const dtype to = out_type(it);
+    if (to != e.type) {  // cast: in steps of whole elements, through the buffer
+      const std::size_t in = element_size(e.type), o = element_size(to);
+      const std::uint64_t size = e.content_size();
+      const std::uint64_t step = std::max<std::uint64_t>(1, opts_.buffer_bytes / (in + o)) * in;
+      std::vector<std::uint64_t> starts;
+      std::uint64_t at = 0;
+      for (auto q : e.pieces) starts.push_back(at), at += q.size();
+      out.begin(it.name(), to, e.dims, size / in * o);
+      buffer.resize(static_cast<std::size_t>(step + step / in * o));
+      for (std::uint64_t off = 0; off < size; off += step) {
+        const auto n = static_cast<std::size_t>(std::min(step, size - off));
+        copy_from_pieces(e.pieces, starts, off, buffer.data(), n);
+        const std::span<std::byte> cast(buffer.data() + step, n / in * o);
+        cast_elements(std::span<const std::byte>(buffer.data(), n), e.type, cast, to);
+        out.append(cast);
+      }
+      out.end();
+    } else if (out.ckpt && e.ckpt && it.out.empty()) {  // the serialized Value as it is (same name)
       out.ckpt->write_raw(*e.ckpt);
     } else {
       out.begin(it.name(), e.type, e.dims, e.content_size());
@@ -1562,10 +1869,12 @@ class transform_job {
                     transform_summary& s) {
     const param_info& p = *it.p;
     const std::size_t elem = element_size(p.type);
+    const run_cast cast{p.type, out_type(it)};
+    const std::size_t out_elem = element_size(cast.to);
     const box tb = target_box(it, t);
     std::vector<std::int64_t> dims = p.scalar ? p.scalar_dims : tb.extent.to_vector();
-    const std::uint64_t total = static_cast<std::uint64_t>(volume(tb)) * elem;
-    out.begin(it.name(), p.type, dims, total);
+    const std::uint64_t total = static_cast<std::uint64_t>(volume(tb)) * out_elem;
+    out.begin(it.name(), cast.to, dims, total);
     const auto pieces = pieces_of(it, t, tb);
     struct src_view {
       index_t rank;
@@ -1585,16 +1894,21 @@ class transform_job {
     std::vector<const src_view*> job_view;  // the source of each job
     std::vector<std::pair<const src_view*, std::span<const std::byte>>> read;
     std::vector<std::byte> scratch;  // pread: a job's source range, when its runs are short
-    for_each_chunk(tb.extent, elem, opts_.buffer_bytes, [&](const box& local) {
+    std::vector<std::byte> joined;   // a run across stored pieces, joined before its cast
+    // chunks of at most buffer_bytes in the larger of the source's and the target's dtype
+    const std::uint64_t limit = opts_.buffer_bytes / std::max(elem, out_elem) * elem;
+    for_each_chunk(tb.extent, elem, limit, [&](const box& local) {
       box c = local;
       for (std::size_t i = 0; i < c.offset.size(); ++i) c.offset[i] += tb.offset[i];
       const std::uint64_t bytes = static_cast<std::uint64_t>(volume(c)) * elem;
+      const std::uint64_t out_bytes = static_cast<std::uint64_t>(volume(c)) * out_elem;
       // One copy job (convert.hpp) per source piece the chunk meets, from the source's mapping
       // (offsets from the content's first stored piece; the others follow it) to the buffer, or
-      // straight to the target's memory.
-      std::byte* to = out.direct(static_cast<std::size_t>(bytes));
-      if (!to) buffer.resize(static_cast<std::size_t>(bytes)), to = buffer.data();
-      const std::span<const std::byte> chunk(to, static_cast<std::size_t>(bytes));
+      // straight to the target's memory. With a cast, each run is cast as it is copied, into
+      // the buffer (sized for the source's and the target's chunk, whichever is larger).
+      std::byte* to = cast.active() ? nullptr : out.direct(static_cast<std::size_t>(bytes));
+      if (!to) buffer.resize(static_cast<std::size_t>(std::max(bytes, out_bytes))), to = buffer.data();
+      const std::span<const std::byte> chunk(to, static_cast<std::size_t>(out_bytes));
       jobs.clear();
       job_view.clear();
       read.clear();
@@ -1613,8 +1927,8 @@ class transform_job {
         for (const auto& [v, range] : read) touched(v->rank, range, v->file);
       };
       if (reads() == read_mode::pread) {
-        for (std::size_t k = 0; k < jobs.size(); ++k) read_job(jobs[k], *job_view[k]->e, job_view[k]->starts,
-                                                              open_const(job_view[k]->rank), scratch);
+        for (std::size_t k = 0; k < jobs.size(); ++k)
+          read_job(jobs[k], *job_view[k]->e, job_view[k]->starts, open_const(job_view[k]->rank), scratch, cast, to);
         out.append(chunk);
         return;
       }
@@ -1628,11 +1942,20 @@ class transform_job {
         const std::size_t first = piece_of(v.starts, lo);
         if (hi <= v.starts[first] + v.e->pieces[first].size()) {  // inside one stored piece
           j.src = v.e->pieces[first].data() + (lo - v.starts[first]);
+          if (cast.active()) {  // cast run by run
+            reshard::detail::for_each_run(
+                j, [&](const std::byte* src, std::byte* dst, std::size_t n) { cast.put(to, dst, src, n); });
+            continue;
+          }
           if (kept != k) jobs[kept] = std::move(j);
           ++kept;
         } else {  // across stored pieces: each run resolved through them
           reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-            copy_from_pieces(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), dst, n);
+            const auto off = static_cast<std::uint64_t>(src - base);
+            if (!cast.active()) return copy_from_pieces(v.e->pieces, v.starts, off, dst, n);
+            joined.resize(n);
+            copy_from_pieces(v.e->pieces, v.starts, off, joined.data(), n);
+            cast.put(to, dst, joined.data(), n);
           });
         }
       }
@@ -1650,8 +1973,10 @@ class transform_job {
   // from there when it is at most 4 times the bytes needed (or 64 KiB): one system call per range,
   // which measured faster than one per run even for 16 KiB runs (docs/benchmarks.md). A sparser
   // range is read run by run, each into its place.
+  // With a cast (`cast`, into the chunk at `chunk`), every run is cast as it is stored.
   void read_job(reshard::detail::copy_job& j, const tensor_ref& e, const std::vector<std::uint64_t>& starts,
-                const checkpoint_reader& rd, std::vector<std::byte>& scratch) const {
+                const checkpoint_reader& rd, std::vector<std::byte>& scratch, const run_cast& cast,
+                std::byte* chunk) const {
     const std::byte* base = e.pieces.front().data();  // content offsets are from here
     const auto at = [&](std::uint64_t off) {            // the stored byte of content offset `off`
       const std::size_t k = piece_of(starts, off);
@@ -1662,10 +1987,13 @@ class transform_job {
     const std::uint64_t need = static_cast<std::uint64_t>(j.outer) * j.run;
     if (span > std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10)) {
       reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
+        std::byte* into = dst;  // with a cast, the run is read into the scratch and cast from there
+        if (cast.active()) scratch.resize(n), into = scratch.data();
         for_each_stored(e.pieces, starts, static_cast<std::uint64_t>(src - base), n, [&](std::span<const std::byte> b) {
-          rd.pread_into(std::span<std::byte>(dst, b.size()), rd.offset_of(b.data()));
-          dst += b.size();
+          rd.pread_into(std::span<std::byte>(into, b.size()), rd.offset_of(b.data()));
+          into += b.size();
         });
+        if (cast.active()) cast.put(chunk, dst, scratch.data(), n);
       });
       return;
     }
@@ -1674,14 +2002,19 @@ class transform_job {
     rd.pread_into(scratch, f_lo);
     if (f_hi - f_lo == span) {  // inside one stored piece: the job runs from the scratch copy
       j.src = scratch.data();
-      reshard::detail::for_each_run(j, [](const std::byte* src, std::byte* dst, std::size_t n) { std::memcpy(dst, src, n); });
+      reshard::detail::for_each_run(
+          j, [&](const std::byte* src, std::byte* dst, std::size_t n) { cast.store(chunk, dst, src, n); });
       return;
     }
+    std::vector<std::byte> joined;  // with a cast: a run across stored pieces, joined first
     reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
+      std::byte* into = dst;
+      if (cast.active()) joined.resize(n), into = joined.data();
       for_each_stored(e.pieces, starts, static_cast<std::uint64_t>(src - base), n, [&](std::span<const std::byte> b) {
-        std::memcpy(dst, scratch.data() + (rd.offset_of(b.data()) - f_lo), b.size());
-        dst += b.size();
+        std::memcpy(into, scratch.data() + (rd.offset_of(b.data()) - f_lo), b.size());
+        into += b.size();
       });
+      if (cast.active()) cast.put(chunk, dst, joined.data(), n);
     });
   }
 
@@ -1689,6 +2022,8 @@ class transform_job {
   std::map<index_t, std::filesystem::path> files_;
   std::vector<transform_target> targets_;
   std::vector<staged> stage_;
+  std::vector<std::size_t> first_stage_;  // target i's files: stage_[first_stage_[i] .. first_stage_[i + 1])
+  std::vector<hf_plan> hf_plans_;         // hf: each target's shards
   transform_summary summary_;
   std::chrono::steady_clock::time_point start_{};
   bool checked_ = false, staged_ = false, committed_ = false;
@@ -1717,6 +2052,12 @@ class transform_job {
   bool previewing_ = false;  // preview(): no CRC verification
   bool selecting_ = false;   // name_rules given: renamed_ holds the selected parameters
   std::map<std::string, std::string, std::less<>> renamed_;  // selected source name -> output name
+  std::map<std::string, dtype, std::less<>> cast_to_;        // source name -> the dtype written (casts only)
+  std::set<std::string, std::less<>> cast_decided_;          // the parameters decide_cast() saw
+  std::vector<std::size_t> named_hits_;                      // per dtype_rules::named glob: parameters matched
+  std::vector<cast_record> cast_records_;
+  std::size_t kept_dtypes_ = 0;                              // not floating point: kept under dtype_rules::all
+  std::string kept_example_;
   std::set<std::string, std::less<>> excluded_;              // the parameters the rules leave out
   std::unique_ptr<std::mutex> progress_mutex_ = std::make_unique<std::mutex>();
   std::uint64_t bytes_total_ = 0, bytes_done_ = 0;
@@ -1750,6 +2091,10 @@ inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem
   std::error_code ec;
   if (!fs::is_directory(src_dir, ec)) report_error(op + ": source directory " + src_dir.string() + " does not exist");
   std::map<index_t, fs::path> out;
+  if (ranks == 1 && is_hf_directory(src_dir) && !fs::is_directory(src_dir / "rank_0", ec)) {
+    out.emplace(0, src_dir);  // a Hugging Face checkpoint: the one rank of full tensors
+    return out;
+  }
   for (index_t r = 0; r < ranks; ++r) {
     const fs::path d = src_dir / ("rank_" + std::to_string(r));
     if (!fs::is_directory(d, ec))

@@ -213,15 +213,51 @@ struct safetensors_tensor_info {
   std::vector<std::int64_t> shape;
 };
 
+/// How a safetensors writer orders the tensors' data.
+enum class safetensors_order : std::uint8_t {
+  name,   ///< by name (MindSpore's files)
+  dtype,  ///< by dtype, the widest first, then by name (the safetensors library's: every tensor starts
+          ///< at a multiple of its element size)
+};
+
+/// Whether tensor (type a, name an) comes before (type b, name bn) in `order`. The dtype order
+/// is the safetensors library's: U64 I64 F64 F32 U32 I32 BF16 F16 U16 I16 I8 U8 BOOL (Int4 as I8).
+inline bool safetensors_before(safetensors_order order, dtype a, std::string_view an, dtype b, std::string_view bn) {
+  if (order == safetensors_order::dtype) {
+    const auto rank = [](dtype t) {
+      switch (t) {
+        case dtype::boolean: return 0;
+        case dtype::uint8: return 1;
+        case dtype::int8: case dtype::int4: return 2;
+        case dtype::int16: return 5;
+        case dtype::uint16: return 6;
+        case dtype::float16: return 7;
+        case dtype::bfloat16: return 8;
+        case dtype::int32: return 9;
+        case dtype::uint32: return 10;
+        case dtype::float32: return 11;
+        case dtype::float64: return 12;
+        case dtype::int64: return 13;
+        case dtype::uint64: return 14;
+        default: return -1;
+      }
+    };
+    if (rank(a) != rank(b)) return rank(a) > rank(b);
+  }
+  return an < bn;
+}
+
 struct safetensors_write_options {
   std::map<std::string, std::string> metadata{{"format", "ms"}};  ///< empty: no __metadata__ (unless Int4)
+  safetensors_order order = safetensors_order::name;  ///< the data order (and order())
   bool overwrite = false;  ///< replace an existing destination
   io::durability durability = io::durability::sync;  ///< when the bytes reach the disk (mapped_file.hpp)
   std::function<void(std::span<const std::byte>)> on_write{};  ///< sees every byte written, in order
 };
 
 /// Streams a safetensors file: the header is written at construction, then the data of every
-/// tensor in order() (name order), through append() or write(); commit() publishes the file.
+/// tensor in order() (safetensors_write_options::order: by name unless asked), through append()
+/// or write(); commit() publishes the file.
 class safetensors_writer {
  public:
   safetensors_writer(std::filesystem::path path, std::vector<safetensors_tensor_info> tensors,
@@ -229,7 +265,9 @@ class safetensors_writer {
       : out_(std::move(path), opts.overwrite, "safetensors", opts.durability), tensors_(std::move(tensors)) {
     if (opts.on_write) out_.observe(opts.on_write);
     const std::string prefix = "safetensors: " + out_.destination().string() + ": ";
-    std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    std::sort(tensors_.begin(), tensors_.end(), [&](const auto& a, const auto& b) {
+      return safetensors_before(opts.order, a.type, a.name, b.type, b.name);
+    });
     nlohmann::json header = nlohmann::json::object();
     auto metadata = opts.metadata;
     std::uint64_t at = 0;
@@ -275,7 +313,7 @@ class safetensors_writer {
   }
 
   const std::filesystem::path& path() const noexcept { return out_.destination(); }
-  /// The declared tensors in data order (sorted by name).
+  /// The declared tensors in data order.
   std::span<const safetensors_tensor_info> order() const noexcept { return tensors_; }
 
   /// Appends the next data bytes (they may span several tensors, in order()).

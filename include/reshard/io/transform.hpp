@@ -57,6 +57,9 @@ namespace detail {
 // Every target rank of `dst` and its file `dst_dir/rank_<t>/<prefix><t>.<format>`.
 inline std::vector<transform_target> rank_targets(const strategy_layouts& dst, const std::filesystem::path& dst_dir,
                                                   std::string_view prefix, checkpoint_format format) {
+  if (format == checkpoint_format::hf)
+    report_error("a Hugging Face checkpoint holds full tensors, one per model: write it with merge_checkpoints or "
+                 "convert_checkpoint (format hf), not per rank");
   std::vector<transform_target> targets;
   for (index_t t = 0; t < dst.ranks(); ++t) targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, format)});
   return targets;
