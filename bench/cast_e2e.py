@@ -14,7 +14,9 @@ directory under --dir. Then, --runs rounds, the commands of each round in a shuf
   float64       the same with --dtype float64 (twice the bytes written)
 
 all with --no-sync (tmpfs needs none; on a disk the page cache is what is measured). The table
-gives the median wall time, the ratio to `plain` and to `copy`, and the bytes written.
+gives the fastest and the median wall time, the ratios of the fastest to `plain`'s and to `copy`'s
+(on this VM a first touch of tmpfs pages costs an erratic amount, which the fastest run shows
+least), and the bytes written.
 
 Then, once: `reshard merge --format hf --max-shard-size 256MB --max-memory BUDGET` of the same
 source into a Hugging Face directory, in Float32 and with --dtype bfloat16: the peak resident set
@@ -184,13 +186,14 @@ def main(argv):
         shutil.rmtree(base, ignore_errors=True)
 
     print("Casts in the copy engine: `reshard transform` 8 -> 4 of %s (%d float32 parameters) on %s (%s), "
-          "--no-sync, median of %d runs\n" % (args.size, len(params), args.dir, fs, args.runs))
-    print("| command | median s | vs plain | vs cp -r | bytes written |")
-    print("|---|---:|---:|---:|---:|")
+"--no-sync, %d runs\n" % (args.size, len(params), args.dir, fs, args.runs))
+    best = {k: min(v) for k, v in times.items()}
+    print("| command | fastest s | median s | vs plain | vs cp -r | bytes written |")
+    print("|---|---:|---:|---:|---:|---:|")
     for k in times:
-        print("| %s | %.3f | %.2fx | %.2fx | %d |" % ("cp -r" if k == "copy" else ("--dtype " + k if k != "plain" else
-                                                                                   "plain transform"),
-                                                   med[k], med[k] / med["plain"], med[k] / med["copy"], written[k]))
+        print("| %s | %.3f | %.3f | %.2fx | %.2fx | %d |" % (
+            "cp -r" if k == "copy" else ("--dtype " + k if k != "plain" else "plain transform"), best[k], med[k],
+            best[k] / best["plain"], best[k] / best["copy"], written[k]))
     print("\nHugging Face output under a budget: `reshard merge --format hf --max-shard-size 256MB --max-memory %s` "
           "of the same checkpoint (%d bytes, %.1fx the budget)\n" % (args.budget, total, total / budget))
     print("| dtype | s | peak resident | budget | jobs | chunk buffer | files | bytes written |")

@@ -125,7 +125,8 @@ struct name_rules {
 /// Float32, Float64) is cast to `all` if set; integer, Bool and str parameters keep their dtype
 /// (the summary warns how many). Checked before anything is written: every glob must match a
 /// parameter written, and a named cast that cast.hpp refuses (an integer parameter, a map tensor)
-/// is an error. The casts run inside the copy engine, on each run of elements it copies.
+/// is an error. The casts run inside the copy engine: each chunk it assembles is cast as a whole,
+/// while it is in the cache.
 struct dtype_rules {
   std::optional<dtype> all;
   std::vector<std::pair<std::string, dtype>> named;  ///< (glob over the source name, dtype), in order
@@ -386,26 +387,6 @@ inline void copy_from_pieces(std::span<const std::span<const std::byte>> pieces,
     out += b.size();
   });
 }
-
-// The cast of the elements a copy job moves (transform_options::casts): the job's runs have their
-// destinations laid out for the source's element size from `chunk` (the chunk buffer, sized for
-// the larger of the two), and land at the same element index of the chunk in dtype `to`.
-struct run_cast {
-  dtype from = dtype::float32, to = dtype::float32;
-  bool active() const noexcept { return from != to; }
-  void put(std::byte* chunk, std::byte* dst, const std::byte* src, std::size_t n) const {
-    const std::size_t in = element_size(from), out = element_size(to);
-    std::byte* at = chunk + static_cast<std::size_t>(dst - chunk) / in * out;
-    cast_elements(std::span<const std::byte>(src, n), from, std::span<std::byte>(at, n / in * out), to);
-  }
-  // stores n source bytes at dst: copied, or cast
-  void store(std::byte* chunk, std::byte* dst, const std::byte* src, std::size_t n) const {
-    if (active())
-      put(chunk, dst, src, n);
-    else
-      std::memcpy(dst, src, n);
-  }
-};
 
 // Each release of source pages is a page-table change (a TLB flush: about 100 us on some virtual
 // machines, 30 a file when every tensor released its own range). So the ranges a job reads are
@@ -695,8 +676,10 @@ class transform_job {
   // -- the memory budget
   // A job's memory for a chunk buffer of b bytes: the buffer, the read scratch (at most 4
   // chunks, or 64 KiB), the mapped pages kept (b per job) and the file writer's buffer.
-  static std::uint64_t job_memory(std::uint64_t b) noexcept {
-    return b + std::max<std::uint64_t>(4 * b, std::uint64_t{64} << 10) + b + atomic_file_writer::buffer_capacity;
+  // With casts, a second chunk buffer: the chunk in the source's dtype, then cast.
+  std::uint64_t job_memory(std::uint64_t b) const noexcept {
+    return b + std::max<std::uint64_t>(4 * b, std::uint64_t{64} << 10) + b + atomic_file_writer::buffer_capacity +
+           (opts_.casts.empty() ? 0 : b);
   }
   static constexpr std::uint64_t min_buffer = std::uint64_t{64} << 10;
   // The heap's own slack beside the buffers (allocator arenas, the threads' stacks, the
@@ -711,7 +694,7 @@ class transform_job {
                    "kernel maps whole page-cache folios (measured: 4 MiB per source file on ext4), beyond the "
                    "engine's control; read with pread (the default)");
     const std::uint64_t held = current_rss_bytes();
-    const auto need = [](std::uint64_t b) { return job_memory(b) + job_slack; };
+    const auto need = [&](std::uint64_t b) { return job_memory(b) + job_slack; };
     const auto mib = [](std::uint64_t b) { return std::to_string((b + (std::uint64_t{1} << 20) - 1) >> 20) + " MiB"; };
     if (held + need(min_buffer) > opts_.max_memory)
       report_error(op_ + ": max_memory " + mib(opts_.max_memory) + " is too small: the process holds " + mib(held) +
@@ -721,7 +704,7 @@ class transform_job {
     const auto fit = static_cast<unsigned>(std::min<std::uint64_t>(threads(), left / need(min_buffer)));
     opts_.jobs = std::max(1u, fit);
     const std::uint64_t per = left / opts_.jobs - job_slack;  // job_memory(b) <= per
-    std::uint64_t b = (per - atomic_file_writer::buffer_capacity) / 6;
+    std::uint64_t b = (per - atomic_file_writer::buffer_capacity) / (opts_.casts.empty() ? 6 : 7);
     b = std::clamp<std::uint64_t>(b & ~std::uint64_t{4095}, min_buffer, std::max(opts_.buffer_bytes, min_buffer));
     opts_.buffer_bytes = b;
   }
@@ -1253,7 +1236,7 @@ class transform_job {
 
   // Checks one item of target t; adds the source ranks it reads to `used`.
   void check_item(const transform_target& t, out_item& it, std::set<index_t>& used) {
-    const bool st = hf_target() || format_of(t.path) == checkpoint_format::safetensors;
+    const bool st = hf_target() || safetensors_target(t);
     if (!it.p) {
       const tensor_ref& e = *it.raw;
       if (st && (e.map_tensor || e.type == dtype::str))
@@ -1309,6 +1292,8 @@ class transform_job {
 
   // The targets are Hugging Face checkpoint directories.
   bool hf_target() const noexcept { return opts_.format == checkpoint_format::hf; }
+  // Target t is a safetensors file (by its name: no system call, it is asked per parameter).
+  static bool safetensors_target(const transform_target& t) { return t.path.extension() == ".safetensors"; }
 
   // Staged files are written with their write-back started, and fsynced together in stage().
   io::durability durability() const noexcept { return opts_.sync ? io::durability::deferred : io::durability::none; }
@@ -1595,7 +1580,7 @@ class transform_job {
     sha256 digest;
     std::function<void(std::span<const std::byte>)> on_write;
     if (opts_.digests) on_write = [&digest](std::span<const std::byte> b) { digest.update(b); };
-    const bool st = format_of(t.path) == checkpoint_format::safetensors;
+    const bool st = safetensors_target(t);
     if (st) {
       std::sort(items.begin(), items.end(), [](const out_item& a, const out_item& b) { return a.name() < b.name(); });
       std::vector<safetensors_tensor_info> infos;
@@ -1869,12 +1854,13 @@ class transform_job {
                     transform_summary& s) {
     const param_info& p = *it.p;
     const std::size_t elem = element_size(p.type);
-    const run_cast cast{p.type, out_type(it)};
-    const std::size_t out_elem = element_size(cast.to);
+    const dtype out_type_ = out_type(it);
+    const bool cast = out_type_ != p.type;
+    const std::size_t out_elem = element_size(out_type_);
     const box tb = target_box(it, t);
     std::vector<std::int64_t> dims = p.scalar ? p.scalar_dims : tb.extent.to_vector();
     const std::uint64_t total = static_cast<std::uint64_t>(volume(tb)) * out_elem;
-    out.begin(it.name(), cast.to, dims, total);
+    out.begin(it.name(), out_type_, dims, total);
     const auto pieces = pieces_of(it, t, tb);
     struct src_view {
       index_t rank;
@@ -1894,7 +1880,7 @@ class transform_job {
     std::vector<const src_view*> job_view;  // the source of each job
     std::vector<std::pair<const src_view*, std::span<const std::byte>>> read;
     std::vector<std::byte> scratch;  // pread: a job's source range, when its runs are short
-    std::vector<std::byte> joined;   // a run across stored pieces, joined before its cast
+    std::vector<std::byte> staged;   // with a cast: the chunk in the source's dtype
     // chunks of at most buffer_bytes in the larger of the source's and the target's dtype
     const std::uint64_t limit = opts_.buffer_bytes / std::max(elem, out_elem) * elem;
     for_each_chunk(tb.extent, elem, limit, [&](const box& local) {
@@ -1904,11 +1890,25 @@ class transform_job {
       const std::uint64_t out_bytes = static_cast<std::uint64_t>(volume(c)) * out_elem;
       // One copy job (convert.hpp) per source piece the chunk meets, from the source's mapping
       // (offsets from the content's first stored piece; the others follow it) to the buffer, or
-      // straight to the target's memory. With a cast, each run is cast as it is copied, into
-      // the buffer (sized for the source's and the target's chunk, whichever is larger).
-      std::byte* to = cast.active() ? nullptr : out.direct(static_cast<std::size_t>(bytes));
-      if (!to) buffer.resize(static_cast<std::size_t>(std::max(bytes, out_bytes))), to = buffer.data();
-      const std::span<const std::byte> chunk(to, static_cast<std::size_t>(out_bytes));
+      // straight to the target's memory. With a cast, the jobs assemble the chunk in the source's
+      // dtype in `staged`, and the whole chunk is cast from there while it is in the cache (one
+      // kernel call a chunk, not one a run: runs can be short).
+      std::byte* to = nullptr;
+      if (cast) {
+        staged.resize(static_cast<std::size_t>(bytes));
+        to = staged.data();
+      } else {
+        to = out.direct(static_cast<std::size_t>(bytes));
+        if (!to) buffer.resize(static_cast<std::size_t>(bytes)), to = buffer.data();
+      }
+      const auto emit = [&] {  // the assembled chunk to the output (cast first)
+        if (!cast) return out.append(std::span<const std::byte>(to, static_cast<std::size_t>(bytes)));
+        std::byte* o = out.direct(static_cast<std::size_t>(out_bytes));
+        if (!o) buffer.resize(static_cast<std::size_t>(out_bytes)), o = buffer.data();
+        const std::span<std::byte> cast_chunk(o, static_cast<std::size_t>(out_bytes));
+        cast_elements(std::span<const std::byte>(to, static_cast<std::size_t>(bytes)), p.type, cast_chunk, out_type_);
+        out.append(cast_chunk);
+      };
       jobs.clear();
       job_view.clear();
       read.clear();
@@ -1928,8 +1928,8 @@ class transform_job {
       };
       if (reads() == read_mode::pread) {
         for (std::size_t k = 0; k < jobs.size(); ++k)
-          read_job(jobs[k], *job_view[k]->e, job_view[k]->starts, open_const(job_view[k]->rank), scratch, cast, to);
-        out.append(chunk);
+          read_job(jobs[k], *job_view[k]->e, job_view[k]->starts, open_const(job_view[k]->rank), scratch);
+        emit();
         return;
       }
       // read_mode::mmap: the jobs gather the chunk in the buffer, read in place from the mappings.
@@ -1942,26 +1942,17 @@ class transform_job {
         const std::size_t first = piece_of(v.starts, lo);
         if (hi <= v.starts[first] + v.e->pieces[first].size()) {  // inside one stored piece
           j.src = v.e->pieces[first].data() + (lo - v.starts[first]);
-          if (cast.active()) {  // cast run by run
-            reshard::detail::for_each_run(
-                j, [&](const std::byte* src, std::byte* dst, std::size_t n) { cast.put(to, dst, src, n); });
-            continue;
-          }
           if (kept != k) jobs[kept] = std::move(j);
           ++kept;
         } else {  // across stored pieces: each run resolved through them
           reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-            const auto off = static_cast<std::uint64_t>(src - base);
-            if (!cast.active()) return copy_from_pieces(v.e->pieces, v.starts, off, dst, n);
-            joined.resize(n);
-            copy_from_pieces(v.e->pieces, v.starts, off, joined.data(), n);
-            cast.put(to, dst, joined.data(), n);
+            copy_from_pieces(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), dst, n);
           });
         }
       }
       jobs.resize(kept);
       reshard::detail::run_jobs(jobs, 1);
-      out.append(chunk);
+      emit();
       done();
     });
     out.end();
@@ -1973,10 +1964,8 @@ class transform_job {
   // from there when it is at most 4 times the bytes needed (or 64 KiB): one system call per range,
   // which measured faster than one per run even for 16 KiB runs (docs/benchmarks.md). A sparser
   // range is read run by run, each into its place.
-  // With a cast (`cast`, into the chunk at `chunk`), every run is cast as it is stored.
   void read_job(reshard::detail::copy_job& j, const tensor_ref& e, const std::vector<std::uint64_t>& starts,
-                const checkpoint_reader& rd, std::vector<std::byte>& scratch, const run_cast& cast,
-                std::byte* chunk) const {
+                const checkpoint_reader& rd, std::vector<std::byte>& scratch) const {
     const std::byte* base = e.pieces.front().data();  // content offsets are from here
     const auto at = [&](std::uint64_t off) {            // the stored byte of content offset `off`
       const std::size_t k = piece_of(starts, off);
@@ -1987,13 +1976,10 @@ class transform_job {
     const std::uint64_t need = static_cast<std::uint64_t>(j.outer) * j.run;
     if (span > std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10)) {
       reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-        std::byte* into = dst;  // with a cast, the run is read into the scratch and cast from there
-        if (cast.active()) scratch.resize(n), into = scratch.data();
         for_each_stored(e.pieces, starts, static_cast<std::uint64_t>(src - base), n, [&](std::span<const std::byte> b) {
-          rd.pread_into(std::span<std::byte>(into, b.size()), rd.offset_of(b.data()));
-          into += b.size();
+          rd.pread_into(std::span<std::byte>(dst, b.size()), rd.offset_of(b.data()));
+          dst += b.size();
         });
-        if (cast.active()) cast.put(chunk, dst, scratch.data(), n);
       });
       return;
     }
@@ -2002,19 +1988,14 @@ class transform_job {
     rd.pread_into(scratch, f_lo);
     if (f_hi - f_lo == span) {  // inside one stored piece: the job runs from the scratch copy
       j.src = scratch.data();
-      reshard::detail::for_each_run(
-          j, [&](const std::byte* src, std::byte* dst, std::size_t n) { cast.store(chunk, dst, src, n); });
+      reshard::detail::for_each_run(j, [](const std::byte* src, std::byte* dst, std::size_t n) { std::memcpy(dst, src, n); });
       return;
     }
-    std::vector<std::byte> joined;  // with a cast: a run across stored pieces, joined first
     reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-      std::byte* into = dst;
-      if (cast.active()) joined.resize(n), into = joined.data();
       for_each_stored(e.pieces, starts, static_cast<std::uint64_t>(src - base), n, [&](std::span<const std::byte> b) {
-        std::memcpy(into, scratch.data() + (rd.offset_of(b.data()) - f_lo), b.size());
-        into += b.size();
+        std::memcpy(dst, scratch.data() + (rd.offset_of(b.data()) - f_lo), b.size());
+        dst += b.size();
       });
-      if (cast.active()) cast.put(chunk, dst, joined.data(), n);
     });
   }
 
