@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -91,6 +92,16 @@ inline void add_dtype_option(CLI::App* sub, std::vector<std::string>& dtypes) {
       });
 }
 
+/// The check of a SIZE option (parse_size: 64MiB, 5GB, ...); `positive`: 0 is refused too.
+inline std::function<std::string(const std::string&)> size_validator(bool positive) {
+  return [positive](const std::string& v) {
+    const auto n = parse_size(v);
+    return n && (!positive || *n > 0)
+               ? std::string()
+               : "not a size: " + v + " (a whole number and a unit: B, KiB, MiB, GiB, KB, MB, GB, ...)";
+  };
+}
+
 /// --format and --max-shard-size of the commands that write one checkpoint (merge, convert): the
 /// format follows --out's name unless it is hf, a Hugging Face checkpoint directory.
 inline void add_file_format_flags(CLI::App* sub, transform_flags& f) {
@@ -102,9 +113,7 @@ inline void add_file_format_flags(CLI::App* sub, transform_flags& f) {
   sub->add_option("--max-shard-size", f.max_shard_size,
                   "with --format hf: the most tensor bytes per shard, as Hugging Face writes it (5GB = 5*10^9, the "
                   "default; 500MB, 2GiB, ...); a larger tensor gets a shard of its own")
-      ->check([](const std::string& v) {
-        return parse_size(v) && *parse_size(v) > 0 ? std::string() : "not a size: " + v + " (such as 5GB, 500MB, 2GiB)";
-      });
+      ->check(size_validator(true));
 }
 
 /// Checks --format against the file --out names (merge, convert): ckpt and safetensors must agree
@@ -137,9 +146,7 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
   sub->add_option("--max-memory", f.max_memory,
                   "bound on the resident memory while writing, e.g. 64MiB, 2G, 500MB (default: none); the jobs "
                   "and buffers are fitted to it, and it is an error when even one job does not fit")
-      ->check([](const std::string& v) {
-        return parse_size(v) ? std::string() : "not a size: " + v + " (a whole number and a unit: B, KiB, MiB, GiB, KB, MB, GB, ...)";
-      });
+      ->check(size_validator(false));
   sub->add_flag("--no-sync", f.no_sync,
                 "do not fsync the outputs (scratch outputs only: after a power cut or an OS crash an output "
                 "may be empty or torn under its final name)");

@@ -849,6 +849,21 @@ class transform_job {
 
   static std::string quote_name(std::string_view n) { return detail::quote_name(n); }
 
+  // Every parameter of the sources that rules may name: the source strategy's and the targets'
+  // base files' (name_rules and dtype_rules are checked against these).
+  std::set<std::string, std::less<>> source_names() {
+    std::set<std::string, std::less<>> all(src_.names().begin(), src_.names().end());
+    std::set<index_t> bases;
+    for (const auto& t : targets_) bases.insert(t.rank % M_);
+    for (index_t b : bases)
+      for (const auto& e : open(b).entries()) all.insert(e.name);
+    return all;
+  }
+  // fnmatch(3) of a whole name, no flags: the globs of name_rules and dtype_rules.
+  static bool glob_matches(const std::string& pattern, std::string_view name) {
+    return ::fnmatch(pattern.c_str(), std::string(name).c_str(), 0) == 0;
+  }
+
   // -- dtype_rules
   // Decides the dtype item `it` is written in (once per parameter), and checks it.
   void decide_cast(const out_item& it) {
@@ -862,10 +877,11 @@ class transform_job {
     const bool map = !it.p && it.raw->map_tensor;
     std::optional<dtype> to;
     for (std::size_t i = 0; i < r.named.size() && !to; ++i)
-      if (::fnmatch(r.named[i].first.c_str(), std::string(name).c_str(), 0) == 0) {
+      if (glob_matches(r.named[i].first, name)) {
         ++named_hits_[i];
         to = r.named[i].second;
-        const std::string who = op_ + ": " + open(it.base).path().string() + ": parameter " + quote_name(name) +
+        const std::string file = it.p ? it.p->type_file : open(it.base).path().string();  // where its dtype was read
+        const std::string who = op_ + ": " + file + ": parameter " + quote_name(name) +
                                 " (dtype rule " + quote_name(r.named[i].first) + ")";
         if (map && *to != from) report_error(who + ": a map tensor is never cast");
         check_cast(from, *to, true, who);
@@ -889,14 +905,9 @@ class transform_job {
     std::set<std::string, std::less<>> all;
     for (std::size_t i = 0; i < r.named.size(); ++i) {
       if (named_hits_[i] != 0) continue;
-      if (all.empty()) {
-        for (const auto& name : src_.names()) all.insert(name);
-        for (const auto& t : targets_)
-          for (const auto& e : open(t.rank % M_).entries()) all.insert(e.name);
-      }
-      const bool any = std::any_of(all.begin(), all.end(), [&](const std::string& name) {
-        return ::fnmatch(r.named[i].first.c_str(), name.c_str(), 0) == 0;
-      });
+      if (all.empty()) all = source_names();
+      const bool any = std::any_of(all.begin(), all.end(),
+                                   [&](const std::string& name) { return glob_matches(r.named[i].first, name); });
       if (!any)
         report_error(op_ + ": dtype rule " + quote_name(r.named[i].first) + "=" + std::string(ms_name(r.named[i].second)) +
                      " matches no parameter of the sources (" + std::to_string(all.size()) +
@@ -925,12 +936,7 @@ class transform_job {
     const name_rules& nr = opts_.names;
     if (nr.empty()) return;
     selecting_ = true;
-    std::set<std::string, std::less<>> all;
-    for (const auto& name : src_.names()) all.insert(name);
-    std::set<index_t> bases;
-    for (const auto& t : targets_) bases.insert(t.rank % M_);
-    for (index_t b : bases)
-      for (const auto& e : open(b).entries()) all.insert(e.name);
+    const std::set<std::string, std::less<>> all = source_names();
     std::vector<std::regex> res;
     for (const auto& [re, with] : nr.rename) {
       try {
@@ -941,9 +947,7 @@ class transform_job {
     }
     std::vector<std::size_t> inc(nr.include.size()), exc(nr.exclude.size()), ren(nr.rename.size());
     std::map<std::string, std::string, std::less<>> owner;  // output name -> source name
-    const auto glob = [](const std::string& pattern, const std::string& name) {
-      return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
-    };
+    const auto glob = glob_matches;
     for (const auto& name : all) {
       bool in = nr.include.empty(), out = false;
       for (std::size_t i = 0; i < nr.include.size(); ++i)
@@ -1821,7 +1825,7 @@ class transform_job {
   void write_raw(sink& out, const out_item& it, std::vector<std::byte>& buffer, transform_summary& s) {
     const tensor_ref& e = *it.raw;
     const dtype to = out_type(it);
-    if (to != e.type) {  // cast: in steps of whole elements, through the buffer
+    if (to != e.type) {  // cast: in steps of whole elements, from the mapping into the buffer
       const std::size_t in = element_size(e.type), o = element_size(to);
       const std::uint64_t size = e.content_size();
       const std::uint64_t step = std::max<std::uint64_t>(1, opts_.buffer_bytes / (in + o)) * in;
@@ -1832,9 +1836,14 @@ class transform_job {
       buffer.resize(static_cast<std::size_t>(step + step / in * o));
       for (std::uint64_t off = 0; off < size; off += step) {
         const auto n = static_cast<std::size_t>(std::min(step, size - off));
-        copy_from_pieces(e.pieces, starts, off, buffer.data(), n);
+        const std::size_t k = piece_of(starts, off);
+        const std::byte* src = e.pieces[k].data() + (off - starts[k]);  // inside one stored piece: cast from there
+        if (off + n > starts[k] + e.pieces[k].size()) {  // across stored pieces: joined first
+          copy_from_pieces(e.pieces, starts, off, buffer.data(), n);
+          src = buffer.data();
+        }
         const std::span<std::byte> cast(buffer.data() + step, n / in * o);
-        cast_elements(std::span<const std::byte>(buffer.data(), n), e.type, cast, to);
+        cast_elements(std::span<const std::byte>(src, n), e.type, cast, to);
         out.append(cast);
       }
       out.end();

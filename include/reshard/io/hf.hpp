@@ -205,8 +205,10 @@ class hf_checkpoint {
   /// the next) with pread(2) from the shards' files.
   void pread_into(std::span<std::byte> out, std::uint64_t offset) const {
     while (!out.empty()) {
-      std::size_t k = 0;
-      while (k + 1 < shards_.size() && shards_[k + 1].at <= offset) ++k;
+      // the last shard starting at or before `offset`
+      const auto next = std::upper_bound(shards_.begin(), shards_.end(), offset,
+                                         [](std::uint64_t o, const shard& s) { return o < s.at; });
+      const std::size_t k = next == shards_.begin() ? 0 : static_cast<std::size_t>(next - shards_.begin()) - 1;
       const auto& s = shards_[k];
       if (offset < s.at || offset >= s.at + s.size)
         report_error("hf: " + dir_.string() + ": logical offset " + std::to_string(offset) + " is in no shard");
