@@ -34,6 +34,8 @@
 #include <variant>
 #include <vector>
 
+#include <unistd.h>
+
 namespace py = pybind11;
 using namespace pybind11::literals;
 
@@ -207,8 +209,23 @@ struct progress_info {
   std::size_t files_done = 0, files_total = 0;
 };
 
+// Test-only: a file descriptor the next workflow's first progress report writes "held\n" to,
+// before that report waits until the run is cancelled (set by _hold_at_first_progress). A test
+// reads the line and sends SIGINT knowing that the engine is in the middle of its run, on its own
+// thread, with no Python callback: no timer decides whether the signal comes in time.
+std::atomic<int> hold_fd{-1};
+
+void hold_until_cancelled(run_state& st) {
+  const int fd = hold_fd.exchange(-1);
+  if (fd < 0) return;
+  constexpr char line[] = "held\n";
+  if (::write(fd, line, sizeof line - 1) != static_cast<ssize_t>(sizeof line - 1)) return;
+  while (!st.cancel.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 std::function<void(const reshard::io::transform_progress&)> progress_of(run_state& st) {
   return [&st](const reshard::io::transform_progress& p) {
+    hold_until_cancelled(st);
     if (st.cancel.load()) throw cancelled();
     if (!st.callback) return;
     progress_info info{p.rank, std::string(p.parameter), p.bytes_done, p.bytes_total, p.files_done, p.files_total};
@@ -730,6 +747,10 @@ Layout.dtensor, Layout.jax and Layout.full.)")
   m.def("_split_checkpoint", &split_checkpoint, "file"_a, "dst_dir"_a, "dst_strategy"_a, "prefix"_a, "jobs"_a,
         "format"_a, "force"_a, "progress"_a);
   m.def("_convert_checkpoint", &convert_checkpoint, "in_file"_a, "out_file"_a, "force"_a, "progress"_a);
+  m.def(
+      "_hold_at_first_progress", [](int fd) { hold_fd.store(fd); }, "fd"_a,
+      "Test-only: the next checkpoint workflow writes 'held\\n' to fd at its first progress report and waits "
+      "there until it is cancelled (Ctrl-C).");
   m.def(
       "_rank_list_for_transform",
       [](std::int64_t rank, const path& src, const path& dst) {

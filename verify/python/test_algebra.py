@@ -148,8 +148,11 @@ def test_convert_releases_the_gil():
     th = threading.Thread(target=tick)
     th.start()
     try:
+        # Whether the ticker is scheduled inside one conversion depends on the machine's load, not
+        # on the GIL alone, so the test tries up to 100 conversions and stops at the first that
+        # saw a tick; a conversion that held the GIL would never see one.
         inside = []
-        for _ in range(3):
+        while len(inside) < 100 and not any(inside):
             t0 = time.perf_counter()
             reshard.convert(p, shards)
             t1 = time.perf_counter()
@@ -159,7 +162,7 @@ def test_convert_releases_the_gil():
         stop.set()
         th.join()
         sys.setswitchinterval(old)
-    assert max(inside) > 0
+    assert any(inside), inside
 
 
 # ------------------------------------------------------------------------------------------------
