@@ -14,6 +14,7 @@
 
 #include <reshard.hpp>
 #include <reshard/io/strategy.hpp>
+#include <reshard/io/summary.hpp>
 #include <reshard/io/transform.hpp>
 
 #include <algorithm>
@@ -82,17 +83,11 @@ reshard::tensor_map tensor_map_of(const py::sequence& map) {
 // MindSpore's tensor map of a layout (axes counted from the right): int, or tuple for several.
 py::list tensor_map_list(const layout& l) {
   py::list out;
-  const auto nd = static_cast<index_t>(l.dev_matrix.size());
-  for (const auto& axes : l.dim_axes) {
-    if (axes.empty()) {
-      out.append(-1);
-    } else if (axes.size() == 1) {
-      out.append(nd - 1 - axes[0]);
-    } else {
-      py::tuple t(axes.size());
-      for (std::size_t k = 0; k < axes.size(); ++k) t[k] = py::int_(nd - 1 - axes[k]);
-      out.append(t);
-    }
+  for (const reshard::map_entry& e : reshard::mindspore_tensor_map(l)) {
+    if (e.count == 1)
+      out.append(e.axis[0]);
+    else
+      out.append(py::tuple(py::cast(e.axes())));
   }
   return out;
 }
@@ -269,13 +264,9 @@ auto run_workflow(run_state& st, F&& f) -> decltype(f()) {
 // ---------------------------------------------------------------------------------------------
 // checkpoint workflows
 
+// The summary as a dict: the library's JSON of it (io::to_json), every field by name.
 py::dict summary_dict(const reshard::io::transform_summary& s) {
-  py::list outputs;
-  for (const auto& p : s.outputs) outputs.append(p.string());
-  return py::dict("files"_a = s.files, "sliced"_a = s.sliced, "copied"_a = s.copied, "source_files"_a = s.source_files,
-                  "source_bytes"_a = s.source_bytes, "bytes_read"_a = s.bytes_read,
-                  "bytes_written"_a = s.bytes_written, "seconds"_a = s.seconds, "jobs"_a = s.jobs,
-                  "peak_rss_bytes"_a = s.peak_rss_bytes, "outputs"_a = outputs, "warnings"_a = s.warnings);
+  return py::module_::import("json").attr("loads")(reshard::io::to_json(s).dump());
 }
 
 reshard::io::transform_options options_of(run_state& st, unsigned jobs, const std::string& format, bool force) {

@@ -175,22 +175,6 @@ TEST(FullLayout, OneRankHoldsEverything) {
 
 namespace {
 
-tensor_map mindspore_map(const layout& l) {
-  const auto nd = static_cast<index_t>(l.dev_matrix.size());
-  tensor_map m;
-  for (const auto& ax : l.dim_axes) {
-    if (ax.empty()) {
-      m.emplace_back(-1);
-    } else if (ax.size() == 1) {
-      m.emplace_back(nd - 1 - ax[0]);
-    } else {
-      std::vector<index_t> t;
-      for (int a : ax) t.push_back(nd - 1 - a);
-      m.emplace_back(t);
-    }
-  }
-  return m;
-}
 
 std::vector<placement> placements_of(const layout& l) {
   std::vector<placement> p(l.dev_matrix.size(), replicate{});
@@ -208,7 +192,7 @@ RC_GTEST_PROP(Builders, SameGridInThreeNotationsGivesEqualBoxes, ()) {
   verify::gen_options o;
   o.opt = o.explicit_sizes = o.offsets = false;
   const layout g = *verify::layouts(o);
-  const layout ms = mindspore_layout(g.dev_matrix, mindspore_map(g), g.shape, {.mode = g.mode});
+  const layout ms = mindspore_layout(g.dev_matrix, reshard::mindspore_tensor_map(g), g.shape, {.mode = g.mode});
   RC_ASSERT(ms == g);
 
   named_mesh mesh;

@@ -233,8 +233,6 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   o.force = f.force;
   o.dry_run = f.dry_run;
   o.digests = !f.manifest.empty();
-  if (!f.manifest.empty() && processes().launched && processes().size > 1)
-    throw CLI::ValidationError("--manifest", "not under mpirun (each process knows only the files it wrote): run as one process");
   o.names.include = f.include;
   o.names.exclude = f.exclude;
   for (const auto& r : f.rename) {
@@ -296,12 +294,6 @@ inline std::string targets_line(const char* verb, const std::string& from, const
   return s;
 }
 
-/// The casts of a summary as JSON: [{"name", "from", "to"}, ...].
-inline nlohmann::json casts_json(const std::vector<io::cast_record>& casts) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& c : casts) a.push_back({{"name", c.name}, {"from", io::ms_name(c.from)}, {"to", io::ms_name(c.to)}});
-  return a;
-}
 /// The casts of a summary as a text line: "3 parameters (2 Float32 -> BFloat16, 1 Float16 -> BFloat16)".
 inline std::string casts_text(const std::vector<io::cast_record>& casts) {
   std::map<std::pair<io::dtype, io::dtype>, std::size_t> by;
@@ -314,36 +306,9 @@ inline std::string casts_text(const std::vector<io::cast_record>& casts) {
   return t + ")";
 }
 
-/// Prints a dry run's preview on stdout (text or JSON), with the casts it would do.
-inline void print_preview(const std::string& what, const io::transform_preview& p, bool json,
-                          const std::vector<io::cast_record>& casts = {}) {
-  if (json) {
-    nlohmann::json j;
-    j["dry_run"] = true;
-    j["targets"] = nlohmann::json::array();
-    for (const auto& t : p.targets) {
-      nlohmann::json reads = nlohmann::json::array();
-      for (const auto& [r, b] : t.reads) reads.push_back({{"rank", r}, {"file", p.sources.at(r).string()}, {"bytes", b}});
-      j["targets"].push_back({{"rank", t.rank},
-                              {"file", t.path.string()},
-                              {"reads", reads},
-                              {"bytes_written", t.tensor_bytes},
-                              {"cross_rank_bytes", t.cross_bytes},
-                              {"lower_bound_bytes", t.lower_bound_bytes}});
-    }
-    j["source_files"] = p.sources.size();
-    j["bytes_read"] = p.bytes_read;
-    j["bytes_written"] = p.bytes_written;
-    j["cross_rank_bytes"] = p.cross_bytes;
-    j["lower_bound_bytes"] = p.lower_bound_bytes;
-    j["jobs"] = p.jobs;
-    j["buffer_bytes"] = p.buffer_bytes;
-    j["peak_memory_bound_bytes"] = p.peak_memory_bound;
-    j["casts"] = casts_json(casts);
-    j["warnings"] = p.warnings;
-    print_json(std::cout, j);
-    return;
-  }
+/// Prints a dry run's preview on stdout, with the casts it would do.
+inline void print_preview(const std::string& what, const io::transform_preview& p,
+                          const std::vector<io::cast_record>& casts) {
   const auto mib = [](std::uint64_t b) { return progress_bar::short_bytes(static_cast<double>(b)); };
   const auto sp = what.find(' ');  // "transformed A -> B (...)": "A -> B (...) would be transformed"
   std::cout << "dry run, nothing written: "
@@ -373,36 +338,16 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
                           const transform_flags& f, const std::vector<std::vector<std::int64_t>>* shares = nullptr) {
   const bool json = f.json;
   for (const auto& w : s.warnings) std::cerr << prog << ": warning: " << w << '\n';
-  if (s.preview) {
-    print_preview(what, *s.preview, json, s.casts);
-    return;
-  }
-  if (!f.manifest.empty()) io::write_manifest(f.manifest, s.written, f.force);
-  if (json) {
-    nlohmann::json j;
-    j["files"] = s.files;
-    j["outputs"] = nlohmann::json::array();
-    for (const auto& p : s.outputs) j["outputs"].push_back(p.string());
-    j["sliced"] = s.sliced;
-    j["copied"] = s.copied;
-    j["source_files"] = s.source_files;
-    j["source_bytes"] = s.source_bytes;
-    j["bytes_read"] = s.bytes_read;
-    j["bytes_written"] = s.bytes_written;
-    j["seconds"] = s.seconds;
-    j["throughput_bytes_per_second"] = s.throughput();
-    j["peak_rss_bytes"] = s.peak_rss_bytes;
-    j["max_memory"] = s.max_memory;
-    j["buffer_bytes"] = s.buffer_bytes;
-    j["jobs"] = s.jobs;
-    j["synced"] = s.synced;
-    j["read_mode"] = io::to_string(s.reads);
-    j["source_filesystem"] = s.source_filesystem;
-    if (!f.manifest.empty()) j["manifest"] = f.manifest;
-    j["casts"] = casts_json(s.casts);
-    j["warnings"] = s.warnings;
+  if (!s.preview && !f.manifest.empty()) io::write_manifest(f.manifest, s.written, f.force);
+  if (json) {  // the library's JSON of the summary (or of the dry run's preview)
+    nlohmann::json j = io::to_json(s);
+    if (!s.preview && !f.manifest.empty()) j["manifest"] = f.manifest;
     if (shares) j["processes"] = *shares;
     print_json(std::cout, j);
+    return;
+  }
+  if (s.preview) {
+    print_preview(what, *s.preview, s.casts);
     return;
   }
   char time[64];

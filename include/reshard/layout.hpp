@@ -449,6 +449,29 @@ constexpr layout mindspore_layout(index_list dev, const tensor_map& map, index_l
   return l;
 }
 
+/// The MindSpore tensor map of `l`, the inverse of mindspore_layout's: per tensor dim -1
+/// (unsplit), the device axis counted from the right, or a tuple of such axes (leftmost =
+/// outermost). Strategy files, the JSON layouts and the Python module all write it from here.
+/// @post mindspore_layout(l.dev_matrix, mindspore_tensor_map(l), l.shape, {l.opt, stage}) == l
+///       (for a layout of mindspore_layout, with its stage)
+constexpr tensor_map mindspore_tensor_map(const layout& l) {
+  const auto nd = static_cast<index_t>(l.dev_matrix.size());
+  tensor_map map;
+  map.reserve(l.dim_axes.size());
+  for (const auto& axes : l.dim_axes) {
+    if (axes.empty()) {
+      map.emplace_back(index_t{-1});
+    } else if (axes.size() == 1) {
+      map.emplace_back(nd - 1 - axes[0]);
+    } else {
+      std::vector<index_t> tuple;
+      for (int a : axes) tuple.push_back(nd - 1 - a);
+      map.emplace_back(tuple);
+    }
+  }
+  return map;
+}
+
 /// The unsplit layout on one device (MindSpore's "no strategy file"), at global rank `rank`.
 constexpr layout full_layout(index_list shape, index_t rank = 0) {
   layout l;

@@ -91,6 +91,26 @@ sys.exit(0 if ok else 1)"; then pass; else fail "--json: files, sums, processes"
 bars=$(grep -o '100% \[#*\][^%]*4/4 files' <<<"$err" | wc -l)
 if [[ $bars -eq 1 ]]; then pass; else fail "--progress: one bar reaching 4/4 files" "stderr: $err"; fi
 
+# every field of the summary merged (io::merge_summaries): the casts, the files written and the
+# manifest of 2 processes are those of one process (the casts were once dropped: "casts": [])
+run transform --src-dir "$d/src" --dst-dir "$d/cast1" "${strategies[@]}" --dtype bfloat16 --json \
+  --manifest "$d/cast1.json"
+one=$out
+mrun 2 transform --src-dir "$d/src" --dst-dir "$d/cast2" "${strategies[@]}" --dtype bfloat16 --json \
+  --manifest "$d/cast2.json"
+if [[ $rc -eq 0 ]] && "$PY" -c "
+import json, sys
+one, two = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+m1, m2 = json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
+strip = lambda fs: [dict(f, path=f['path'].replace('cast1', 'X').replace('cast2', 'X')) for f in fs]
+ok = len(one['casts']) > 0 and one['casts'] == two['casts']
+ok = ok and [f['sha256'] for f in one['written']] == [f['sha256'] for f in two['written']]
+ok = ok and len(m1['files']) == 4 and strip(m1['files']) == strip(m2['files'])
+sys.exit(0 if ok else 1)" "$one" "$out" "$d/cast1.json" "$d/cast2.json"; then pass; else
+  fail "--dtype bfloat16 --json --manifest: 2 processes report the casts, files and manifest of one" \
+    "one: $one" "two: $out" "stderr: $err"
+fi
+
 # each process opens the source files its targets need: the base file t % M and rank-list's ranks
 needed() {  # needed TARGET...: the union of rank-list of the targets
   local t

@@ -374,17 +374,11 @@ inline nlohmann::json to_json(const layout& l) {
   nlohmann::json j;
   j["dev_matrix"] = l.dev_matrix;
   nlohmann::json map = nlohmann::json::array();
-  const auto nd = static_cast<index_t>(l.dev_matrix.size());
-  for (const auto& axes : l.dim_axes) {
-    if (axes.empty()) {
-      map.push_back(-1);
-    } else if (axes.size() == 1) {
-      map.push_back(nd - 1 - axes[0]);
-    } else {
-      nlohmann::json t = nlohmann::json::array();
-      for (int a : axes) t.push_back(nd - 1 - a);
-      map.push_back(std::move(t));
-    }
+  for (const map_entry& e : mindspore_tensor_map(l)) {
+    if (e.count == 1)
+      map.push_back(e.axis[0]);
+    else
+      map.push_back(e.axes());
   }
   j["tensor_map"] = std::move(map);
   j["shape"] = l.shape;

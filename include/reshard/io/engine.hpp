@@ -55,6 +55,7 @@
 #include <reshard/io/safetensors.hpp>
 #include <reshard/io/sha256.hpp>
 #include <reshard/io/strategy_layouts.hpp>
+#include <reshard/io/summary.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -133,23 +134,6 @@ struct dtype_rules {
   bool empty() const noexcept { return !all && named.empty(); }
 };
 
-/// One parameter a transform cast (transform_summary::casts).
-struct cast_record {
-  std::string name;  ///< the output name
-  dtype from = dtype::float32, to = dtype::float32;
-};
-
-/// How the engine reads the source tensors.
-enum class read_mode : std::uint8_t {
-  automatic,  ///< the default: pread (see docs/cli.md, "Reading and writing", for the measurements)
-  mmap,       ///< from read-only memory mappings (page faults; the pages released within the budget)
-  pread,      ///< pread(2) into the chunk buffer: no page-table changes, the way for network filesystems
-};
-
-constexpr std::string_view to_string(read_mode m) noexcept {
-  return m == read_mode::mmap ? "mmap" : m == read_mode::pread ? "pread" : "auto";
-}
-
 struct transform_options {
   /// Format of the files transform_checkpoints / split_checkpoint write (the by-file functions
   /// follow the output file's name: ".safetensors" or not). checkpoint_format::hf: the by-file
@@ -192,85 +176,6 @@ struct transform_options {
   /// written (transform_summary::preview) without reading tensor data or writing anything.
   bool dry_run = false;
   std::function<void(const transform_progress&)> progress{};  ///< called as parameters are written
-};
-
-/// What a transform would do for one target file (transform_job::preview).
-struct target_preview {
-  index_t rank = 0;
-  std::filesystem::path path;
-  std::uint64_t tensor_bytes = 0;              ///< tensor bytes the file would hold
-  std::map<index_t, std::uint64_t> reads;      ///< source rank -> tensor bytes read from its file
-  std::uint64_t cross_bytes = 0;               ///< of those, bytes from the files of other ranks than `rank`
-  std::uint64_t lower_bound_bytes = 0;         ///< bytes that source rank `rank` does not hold: the least cross_bytes
-};
-
-/// What a transform would do: per target, what it reads from which source file and writes; the
-/// totals; the jobs, the buffer and a bound on the peak memory of the real run.
-struct transform_preview {
-  std::vector<target_preview> targets;
-  std::map<index_t, std::filesystem::path> sources;  ///< the source files read (rank -> file)
-  std::uint64_t bytes_read = 0, bytes_written = 0, cross_bytes = 0, lower_bound_bytes = 0;  ///< totals
-  unsigned jobs = 1;
-  std::uint64_t buffer_bytes = 0;
-  std::uint64_t peak_memory_bound = 0;  ///< what the process holds now + the jobs' buffers at most
-  std::vector<std::string> warnings;
-};
-
-/// One way a written checkpoint differs from what its sources make (transform_job::verify).
-struct verify_mismatch {
-  std::filesystem::path file;
-  std::string parameter;  ///< empty: the file as a whole
-  std::string what;       ///< "missing", "dtype Float16, expected Float32", "differs from element 12", ...
-};
-
-/// What transform_job::verify found.
-struct verify_report {
-  std::size_t files = 0;       ///< target files checked
-  std::size_t tensors = 0;     ///< tensors compared
-  std::uint64_t bytes = 0;     ///< tensor bytes compared
-  double seconds = 0;
-  std::vector<verify_mismatch> mismatches;  ///< every file and parameter that differs, by target
-  bool ok() const noexcept { return mismatches.empty(); }
-};
-
-/// A file a transform wrote: its size, SHA-256 (transform_options::digests) and tensors.
-struct written_file {
-  struct tensor {
-    std::string name;
-    dtype type = dtype::uint8;
-    std::vector<std::int64_t> dims;
-  };
-  std::filesystem::path path;
-  std::uint64_t bytes = 0;
-  std::string sha256;  ///< 64 lowercase hex digits; empty without transform_options::digests
-  std::vector<tensor> tensors;  ///< in file order
-};
-
-/// What a transform did.
-struct transform_summary {
-  std::size_t files = 0;              ///< target files written
-  std::size_t sliced = 0;             ///< tensors assembled from source slices (all targets)
-  std::size_t copied = 0;             ///< parameters copied unchanged (all targets)
-  std::size_t source_files = 0;       ///< source files read
-  std::uint64_t source_bytes = 0;     ///< their total size
-  std::uint64_t bytes_read = 0;       ///< tensor bytes read from the source mappings
-  std::uint64_t bytes_written = 0;    ///< bytes of the files written
-  double seconds = 0;                 ///< wall time
-  std::uint64_t peak_rss_bytes = 0;   ///< the process's peak resident memory (peak_rss_bytes())
-  unsigned jobs = 1;                  ///< target files written in parallel
-  std::uint64_t max_memory = 0;       ///< transform_options::max_memory (0: none)
-  std::uint64_t buffer_bytes = 0;     ///< the chunk buffer of each job (fitted to max_memory)
-  read_mode reads = read_mode::pread;  ///< how the source tensors were read
-  std::string source_filesystem;      ///< the filesystems of the files read (filesystem_name), comma-separated
-  bool synced = true;                 ///< the outputs were fsynced (transform_options::sync)
-  std::vector<std::filesystem::path> outputs;  ///< the files written, by target rank
-  std::vector<std::string> warnings;  ///< things done that the caller may not expect
-  std::optional<transform_preview> preview;  ///< transform_options::dry_run: what would be done
-  std::vector<written_file> written;  ///< the files written, by target, with their tensors (and digests)
-  std::vector<cast_record> casts;     ///< the parameters cast (transform_options::casts), by name
-
-  /// Bytes written per second.
-  double throughput() const noexcept { return seconds > 0 ? static_cast<double>(bytes_written) / seconds : 0.0; }
 };
 
 /// The process's resident set size now, in bytes (/proc/self/statm; 0 where it cannot be read).

@@ -10,26 +10,12 @@
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/strategy_layouts.hpp>
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <filesystem>
-#include <functional>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <numeric>
-#include <optional>
 #include <set>
 #include <span>
 #include <string>
-#include <string_view>
-#include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 

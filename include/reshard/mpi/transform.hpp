@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "reshard/error.hpp"
+#include "reshard/io/summary.hpp"
 #include "reshard/io/transform.hpp"
 #include "reshard/mpi/common.hpp"
 
@@ -57,8 +58,8 @@ struct parallel_transform_options {
 
 /// What a transform split among processes did: the sums over all processes (source_files and
 /// source_bytes count a file once per process that read it), the longest time and the largest
-/// peak resident memory of one process, every output (by target rank) and every distinct
-/// warning. The same on every process.
+/// peak resident memory of one process, every output and file written (by target rank), every
+/// cast and every distinct warning (io::merge_summaries). The same on every process.
 struct parallel_transform_summary : io::transform_summary {
   std::vector<std::vector<std::int64_t>> shares;  ///< the target ranks of each process
   io::transform_summary local;                    ///< this process's own share
@@ -69,17 +70,29 @@ namespace detail {
 // What errors are prefixed with (check_mpi, expect_comm: mpi/common.hpp).
 inline constexpr const char* transform_op = "transform_checkpoints";
 
-// Waits for `request` without spinning: a process that waits for the others (its share done
-// first) sleeps between tests, from 50 µs up to 20 ms, and leaves the core to the processes still
+// A process that waits for the others (its share done first) polls without spinning: it
+// sleeps between polls, from 50 µs up to 20 ms, and leaves the core to the processes still
 // working (MPI implementations busy-poll in blocking calls).
+class idle_backoff {
+ public:
+  void pause() {
+    std::this_thread::sleep_for(pause_);
+    pause_ = std::min<std::chrono::microseconds>(pause_ * 2, std::chrono::milliseconds(20));
+  }
+  void reset() { pause_ = std::chrono::microseconds(50); }
+
+ private:
+  std::chrono::microseconds pause_{50};
+};
+
+// Waits for `request` without spinning (idle_backoff).
 inline void wait_idle(MPI_Request& request) {
-  auto pause = std::chrono::microseconds(50);
+  idle_backoff backoff;
   while (true) {
     int done = 0;
     check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), transform_op, "MPI_Test");
     if (done) return;
-    std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+    backoff.pause();
   }
 }
 
@@ -240,19 +253,18 @@ class progress_relay {
 
  private:
   void drain(bool wait) {
-    auto pause = std::chrono::microseconds(50);
+    idle_backoff backoff;
     while (true) {
       if (std::all_of(done_.begin(), done_.end(), [](char c) { return c != 0; })) return;
       MPI_Status st;
       int flag = 0;
       check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &st), transform_op, "MPI_Iprobe");
       if (!flag && !wait) return;
-      if (!flag) {  // waiting for the others: without spinning (see wait_idle)
-        std::this_thread::sleep_for(pause);
-        pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+      if (!flag) {  // waiting for the others: without spinning
+        backoff.pause();
         continue;
       }
-      pause = std::chrono::microseconds(50);
+      backoff.reset();
       std::uint64_t in[2] = {0, 0};
       check_mpi(MPI_Recv(in, 2, MPI_UINT64_T, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE), transform_op, "MPI_Recv");
       latest_[static_cast<std::size_t>(st.MPI_SOURCE)] = {in[0], in[1]};
@@ -293,47 +305,16 @@ class progress_relay {
   index_t last_rank_ = 0;
 };
 
-// Sums, maxima (`elapsed`: this process's wall time) and the union of the warnings, over all
-// processes.
+// The summaries of all processes merged (io::merge_summaries: every field; `elapsed` is this
+// process's wall time), the same on every process: each process's summary travels as the
+// library's JSON of it (io::to_json, with the tensors of the files written).
 inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed) {
-  const auto& l = s.local;
-  std::uint64_t sums[8] = {l.files,        l.sliced,     l.copied,        l.source_files,
-                           l.source_bytes, l.bytes_read, l.bytes_written, l.jobs};
-  std::uint64_t sum_all[8] = {};
-  check_mpi(MPI_Allreduce(sums, sum_all, 8, MPI_UINT64_T, MPI_SUM, comm), transform_op, "MPI_Allreduce");
-  s.files = sum_all[0];
-  s.sliced = sum_all[1];
-  s.copied = sum_all[2];
-  s.source_files = sum_all[3];
-  s.source_bytes = sum_all[4];
-  s.bytes_read = sum_all[5];
-  s.bytes_written = sum_all[6];
-  s.jobs = static_cast<unsigned>(sum_all[7]);  // target files in parallel, all processes
-  s.synced = l.synced;                         // the same options everywhere
-  s.reads = l.reads;
-  s.source_filesystem = l.source_filesystem;  // this process's sources
-  s.max_memory = l.max_memory;  // a bound per process
-  std::uint64_t buf = l.buffer_bytes, buf_min = 0;  // the smallest buffer any process fitted
-  check_mpi(MPI_Allreduce(&buf, &buf_min, 1, MPI_UINT64_T, MPI_MIN, comm), transform_op, "MPI_Allreduce");
-  s.buffer_bytes = buf_min;
-  std::uint64_t rss = l.peak_rss_bytes, rss_max = 0;
-  check_mpi(MPI_Allreduce(&rss, &rss_max, 1, MPI_UINT64_T, MPI_MAX, comm), transform_op, "MPI_Allreduce");
-  s.peak_rss_bytes = rss_max;
-  double secs_max = 0;
-  check_mpi(MPI_Allreduce(&elapsed, &secs_max, 1, MPI_DOUBLE, MPI_MAX, comm), transform_op, "MPI_Allreduce");
-  s.seconds = secs_max;
-  // warnings: '\n'-joined text of every process, each distinct one kept once
-  std::string mine;
-  for (const auto& w : l.warnings) mine += w, mine += '\n';
-  std::string all;
-  for (const auto& text : allgather_text(comm, mine)) all += text;
-  s.warnings.clear();
-  for (std::size_t at = 0; at < all.size();) {
-    const std::size_t end = all.find('\n', at);
-    std::string w = all.substr(at, end - at);
-    if (std::find(s.warnings.begin(), s.warnings.end(), w) == s.warnings.end()) s.warnings.push_back(std::move(w));
-    at = end + 1;
-  }
+  io::transform_summary mine = s.local;
+  mine.seconds = elapsed;
+  std::vector<io::transform_summary> parts;
+  for (const auto& text : allgather_text(comm, io::to_json(mine, io::summary_detail::tensors).dump()))
+    parts.push_back(io::summary_from_json(nlohmann::json::parse(text)));
+  static_cast<io::transform_summary&>(s) = io::merge_summaries(parts);
 }
 
 }  // namespace detail
@@ -420,8 +401,14 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   }
 
   detail::combine(comm, s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  s.outputs.clear();  // by target rank, as one process lists them
   for (std::int64_t t = 0; t < static_cast<std::int64_t>(bytes.size()); ++t)
     s.outputs.push_back(io::rank_checkpoint_path(dst_dir, prefix, t, opts.format));
+  const auto rank_of = [&](const io::written_file& w) {
+    return std::find(s.outputs.begin(), s.outputs.end(), w.path) - s.outputs.begin();
+  };
+  std::stable_sort(s.written.begin(), s.written.end(),
+                   [&](const io::written_file& a, const io::written_file& b) { return rank_of(a) < rank_of(b); });
   return s;
 }
 
