@@ -269,16 +269,42 @@ py::dict summary_dict(const reshard::io::transform_summary& s) {
   return py::module_::import("json").attr("loads")(reshard::io::to_json(s).dump());
 }
 
-reshard::io::transform_options options_of(run_state& st, unsigned jobs, const std::string& format, bool force) {
+// The library's options from the keyword arguments that python/reshard/__init__.py checked and
+// put in `opts`: {"format": "ckpt" | "safetensors" | "hf", "max_shard_bytes": int, "include":
+// [glob], "exclude": [glob], "rename": [(regex, replacement)], "rename_map": {old: new},
+// "dtype_all": name or None, "dtype_named": [(glob, name)]} (every key optional).
+reshard::io::dtype dtype_named(const std::string& name, const char* what) {
+  if (const auto t = reshard::io::dtype_from_name(name)) return *t;
+  throw py::value_error(std::string(what) + ": unknown dtype '" + name +
+                        "' (MindSpore's, numpy's or safetensors' names: Float32, bfloat16, F16, ...)");
+}
+
+reshard::io::transform_options options_of(run_state& st, unsigned jobs, bool force, const py::dict& opts) {
   reshard::io::transform_options o;
   o.jobs = jobs;
+  const auto get = [&](const char* key) -> py::object {
+    if (opts.contains(key)) return opts[key];
+    return py::none();
+  };
+  const auto format = get("format").is_none() ? std::string("ckpt") : get("format").cast<std::string>();
   if (format == "ckpt") {
     o.format = reshard::io::checkpoint_format::ckpt;
   } else if (format == "safetensors") {
     o.format = reshard::io::checkpoint_format::safetensors;
+  } else if (format == "hf") {
+    o.format = reshard::io::checkpoint_format::hf;
   } else {
-    throw py::value_error("output_format must be 'ckpt' or 'safetensors', not '" + format + "'");
+    throw py::value_error("output_format must be 'ckpt', 'safetensors' or 'hf', not '" + format + "'");
   }
+  if (!get("max_shard_bytes").is_none()) o.max_shard_bytes = get("max_shard_bytes").cast<std::uint64_t>();
+  if (!get("include").is_none()) o.names.include = get("include").cast<std::vector<std::string>>();
+  if (!get("exclude").is_none()) o.names.exclude = get("exclude").cast<std::vector<std::string>>();
+  if (!get("rename").is_none()) o.names.rename = get("rename").cast<std::vector<std::pair<std::string, std::string>>>();
+  if (!get("rename_map").is_none()) o.names.rename_exact = get("rename_map").cast<std::map<std::string, std::string>>();
+  if (!get("dtype_all").is_none()) o.casts.all = dtype_named(get("dtype_all").cast<std::string>(), "dtype");
+  if (!get("dtype_named").is_none())
+    for (const auto& [glob, name] : get("dtype_named").cast<std::vector<std::pair<std::string, std::string>>>())
+      o.casts.named.emplace_back(glob, dtype_named(name, "dtype"));
   o.force = force;
   o.progress = progress_of(st);
   return o;
@@ -288,48 +314,50 @@ using path = std::filesystem::path;
 using file_map = std::map<std::int64_t, path>;
 
 py::dict transform_checkpoints(const path& src_dir, const path& dst_dir, const std::string& prefix,
-                               const path& src_strategy, const path& dst_strategy, unsigned jobs,
-                               const std::string& format, bool force, const py::object& progress) {
+                               const path& src_strategy, const path& dst_strategy, unsigned jobs, bool force,
+                               const py::object& progress, const py::dict& opts) {
   run_state st;
   st.callback = progress.is_none() ? nullptr : progress.ptr();
-  auto o = options_of(st, jobs, format, force);
+  auto o = options_of(st, jobs, force, opts);
   return summary_dict(run_workflow(st, [&] {
     return reshard::io::transform_checkpoints(src_dir, dst_dir, prefix, src_strategy, dst_strategy, o);
   }));
 }
 
 py::dict transform_checkpoint_by_rank(std::int64_t rank, const file_map& files, const path& out, const path& src_strategy,
-                                      const path& dst_strategy, bool force, const py::object& progress) {
+                                      const path& dst_strategy, bool force, const py::object& progress,
+                                      const py::dict& opts) {
   run_state st;
   st.callback = progress.is_none() ? nullptr : progress.ptr();
-  auto o = options_of(st, 1, "ckpt", force);
+  auto o = options_of(st, 1, force, opts);
   return summary_dict(run_workflow(st, [&] {
     return reshard::io::transform_checkpoint_by_rank(rank, files, out, src_strategy, dst_strategy, o);
   }));
 }
 
 py::dict merge_checkpoints(const path& src_dir, const path& out, const path& src_strategy, bool force,
-                           const py::object& progress) {
+                           const py::object& progress, const py::dict& opts) {
   run_state st;
   st.callback = progress.is_none() ? nullptr : progress.ptr();
-  auto o = options_of(st, 1, "ckpt", force);
+  auto o = options_of(st, 1, force, opts);
   return summary_dict(
       run_workflow(st, [&] { return reshard::io::merge_checkpoints(src_dir, out, src_strategy, o); }));
 }
 
 py::dict split_checkpoint(const path& file, const path& dst_dir, const path& dst_strategy, const std::string& prefix,
-                          unsigned jobs, const std::string& format, bool force, const py::object& progress) {
+                          unsigned jobs, bool force, const py::object& progress, const py::dict& opts) {
   run_state st;
   st.callback = progress.is_none() ? nullptr : progress.ptr();
-  auto o = options_of(st, jobs, format, force);
+  auto o = options_of(st, jobs, force, opts);
   return summary_dict(
       run_workflow(st, [&] { return reshard::io::split_checkpoint(file, dst_dir, dst_strategy, prefix, o); }));
 }
 
-py::dict convert_checkpoint(const path& in, const path& out, bool force, const py::object& progress) {
+py::dict convert_checkpoint(const path& in, const path& out, bool force, const py::object& progress,
+                            const py::dict& opts) {
   run_state st;
   st.callback = progress.is_none() ? nullptr : progress.ptr();
-  auto o = options_of(st, 1, "ckpt", force);
+  auto o = options_of(st, 1, force, opts);
   return summary_dict(run_workflow(st, [&] { return reshard::io::convert_checkpoint(in, out, o); }));
 }
 
@@ -349,10 +377,10 @@ py::dtype numpy_dtype(reshard::io::dtype t, std::uint64_t bytes) {
 }
 
 py::tuple load_checkpoint_by_rank(std::int64_t rank, const file_map& files, const path& src_strategy,
-                                  const path& dst_strategy, const py::object& progress) {
+                                  const path& dst_strategy, const py::object& progress, const py::dict& opts) {
   run_state st;
   st.callback = progress.is_none() ? nullptr : progress.ptr();
-  auto o = options_of(st, 1, "ckpt", false);
+  auto o = options_of(st, 1, false, opts);
   py::dict out;
   PyObject* params = out.ptr();
   const reshard::io::tensor_allocator allocate = [params](index_t, std::string_view name, reshard::io::dtype type,
@@ -729,15 +757,16 @@ Layout.dtensor, Layout.jax and Layout.full.)")
                std::to_string(p.files_done) + "/" + std::to_string(p.files_total) + ")";
       });
   m.def("_transform_checkpoints", &transform_checkpoints, "src_dir"_a, "dst_dir"_a, "prefix"_a, "src_strategy"_a,
-        "dst_strategy"_a, "jobs"_a, "format"_a, "force"_a, "progress"_a);
+        "dst_strategy"_a, "jobs"_a, "force"_a, "progress"_a, "opts"_a);
   m.def("_transform_checkpoint_by_rank", &transform_checkpoint_by_rank, "rank"_a, "files"_a, "out"_a,
-        "src_strategy"_a, "dst_strategy"_a, "force"_a, "progress"_a);
+        "src_strategy"_a, "dst_strategy"_a, "force"_a, "progress"_a, "opts"_a);
   m.def("_load_checkpoint_by_rank", &load_checkpoint_by_rank, "rank"_a, "files"_a, "src_strategy"_a,
-        "dst_strategy"_a, "progress"_a);
-  m.def("_merge_checkpoints", &merge_checkpoints, "src_dir"_a, "out"_a, "src_strategy"_a, "force"_a, "progress"_a);
+        "dst_strategy"_a, "progress"_a, "opts"_a);
+  m.def("_merge_checkpoints", &merge_checkpoints, "src_dir"_a, "out"_a, "src_strategy"_a, "force"_a, "progress"_a,
+        "opts"_a);
   m.def("_split_checkpoint", &split_checkpoint, "file"_a, "dst_dir"_a, "dst_strategy"_a, "prefix"_a, "jobs"_a,
-        "format"_a, "force"_a, "progress"_a);
-  m.def("_convert_checkpoint", &convert_checkpoint, "in_file"_a, "out_file"_a, "force"_a, "progress"_a);
+        "force"_a, "progress"_a, "opts"_a);
+  m.def("_convert_checkpoint", &convert_checkpoint, "in_file"_a, "out_file"_a, "force"_a, "progress"_a, "opts"_a);
   m.def(
       "_hold_at_first_progress", [](int fd) { hold_fd.store(fd); }, "fd"_a,
       "Test-only: the next checkpoint workflow writes 'held\\n' to fd at its first progress report and waits "

@@ -25,6 +25,14 @@ terminal when tqdm is importable (nothing otherwise, nor when standard error is 
 False shows nothing, True a tqdm bar always, and a callable is called with a Progress (rank,
 parameter, bytes_done, bytes_total, files_done, files_total) as parameters are written.
 
+Selection, renames and casts: every checkpoint function takes the keyword arguments
+`include=` and `exclude=` (a glob or a list of globs over the source names), `rename=`
+({regex: replacement}, the first regex found in a name renames it), `rename_map=` ({old: new})
+and `dtype=` ("bfloat16": every floating-point parameter; {"*.norm*": "float32"}: by glob; or a
+list of both), as the program's --include, --exclude, --rename, --rename-map and --dtype.
+merge_checkpoints and convert_checkpoint also take output_format="hf" (a Hugging Face
+checkpoint directory, shards of at most `max_shard_size` bytes).
+
 Errors are exceptions: reshard.Error (a ValueError) for bad input (layouts, strategies, files),
 OSError and its subclasses (FileNotFoundError, FileExistsError, PermissionError, ...) when the
 file system refuses. Ctrl-C (KeyboardInterrupt), or an exception raised by a progress callback,
@@ -119,8 +127,8 @@ class _Bar:
         self.bar.close()
 
 
-def _run(fn, progress, desc, *args):
-    """Calls fn(*args, progress_callback) with `progress` resolved (see the module's doc)."""
+def _run(fn, progress, desc, *args, opts=None):
+    """Calls fn(*args, progress_callback, opts) with `progress` resolved (see the module's doc)."""
     bar = None
     if progress is None or progress is True:
         try:
@@ -136,7 +144,7 @@ def _run(fn, progress, desc, *args):
     else:
         raise TypeError("progress must be None, True, False or a callable, not %s" % type(progress).__name__)
     try:
-        return fn(*args, callback)
+        return fn(*args, callback, opts or {})
     finally:
         if bar is not None:
             bar.close()
@@ -148,12 +156,74 @@ def _format(output_format):
     return output_format
 
 
+def _prefix(ckpt_prefix):
+    if not isinstance(ckpt_prefix, str):
+        raise TypeError("ckpt_prefix must be a str, not %s" % type(ckpt_prefix).__name__)
+    return ckpt_prefix
+
+
+def _strings(v, what):
+    """A glob or a list of globs -> [str]."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return [v]
+    if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+        raise TypeError("%s must be a str or a list of str, not %r" % (what, v))
+    return list(v)
+
+
+def _pairs(v, what):
+    """{key: value} or [(key, value), ...] of str -> [(str, str)], in order."""
+    if v is None:
+        return None
+    items = list(v.items()) if isinstance(v, dict) else v
+    try:
+        pairs = [(k, x) for k, x in items]
+    except (TypeError, ValueError):
+        raise TypeError("%s must be a dict or a list of (str, str) pairs, not %r" % (what, v)) from None
+    if not all(isinstance(k, str) and isinstance(x, str) for k, x in pairs):
+        raise TypeError("%s must map str to str, not %r" % (what, v))
+    return pairs
+
+
+def _opts(output_format=None, max_shard_size=None, include=None, exclude=None, rename=None, rename_map=None,
+          dtype=None):
+    """The keyword arguments shared by the checkpoint functions, checked, as the C++ side takes them.
+
+    include / exclude: a glob or a list of globs over the source names (fnmatch: *, ?, [...]).
+    rename: {regex: replacement} (or a list of pairs), the first regex found in a name renames it.
+    rename_map: {old name: new name}. dtype: a dtype name (every floating-point parameter cast to
+    it), a {glob: dtype} dict (the first glob that matches a source name), or a list of both."""
+    o = {"format": output_format, "include": _strings(include, "include"), "exclude": _strings(exclude, "exclude"),
+         "rename": _pairs(rename, "rename"), "rename_map": None, "dtype_all": None, "dtype_named": None}
+    if rename_map is not None:
+        o["rename_map"] = dict(_pairs(rename_map, "rename_map"))
+    if max_shard_size is not None:
+        if output_format != "hf":
+            raise ValueError("max_shard_size applies to output_format='hf' only")
+        o["max_shard_bytes"] = _int(max_shard_size, "max_shard_size", 1)
+    if dtype is not None:
+        named = []
+        for d in (dtype if isinstance(dtype, (list, tuple)) else [dtype]):
+            if isinstance(d, str):
+                if o["dtype_all"] is not None and o["dtype_all"] != d:
+                    raise ValueError("dtype: two dtypes for all parameters: %r and %r" % (o["dtype_all"], d))
+                o["dtype_all"] = d
+            elif isinstance(d, dict):
+                named += _pairs(d, "dtype")
+            else:
+                raise TypeError("dtype must be a dtype name, a {glob: dtype} dict or a list of them, not %r" % (d,))
+        o["dtype_named"] = named
+    return o
+
+
 # ------------------------------------------------------------------------------------------------
 # MindSpore's four functions
 
 def transform_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix, src_strategy_file=None,
                           dst_strategy_file=None, process_num=1, output_format="ckpt", *, progress=None,
-                          force=False):
+                          force=False, include=None, exclude=None, rename=None, rename_map=None, dtype=None):
     """Converts the distributed checkpoint `src_checkpoints_dir` (rank_<r>/<last *.ckpt or *.safetensors>
     for every source rank r) from the layouts of `src_strategy_file` to those of `dst_strategy_file`,
     writing `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>.ckpt (or .safetensors, per `output_format`)
@@ -163,16 +233,18 @@ def transform_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix,
     uneven shards, optimizer sharding and pipeline stages. `process_num` is the number of target
     files written in parallel (threads; 0 = one per core). Outputs appear all together or not at
     all: on an error or KeyboardInterrupt no output file is left. Existing outputs are an error
-    unless `force`. Returns a summary dict (files, bytes_written, seconds, ...)."""
+    unless `force`. `include`, `exclude`, `rename`, `rename_map` and `dtype` select, rename and cast
+    parameters (see the module's doc). Returns a summary dict (files, bytes_written, seconds, ...)."""
     return _run(_core._transform_checkpoints, progress, "transform_checkpoints",
                 _path(src_checkpoints_dir, "src_checkpoints_dir", True), _path(dst_checkpoints_dir, "dst_checkpoints_dir"),
-                str(ckpt_prefix), _path(src_strategy_file, "src_strategy_file", True, True),
+                _prefix(ckpt_prefix), _path(src_strategy_file, "src_strategy_file", True, True),
                 _path(dst_strategy_file, "dst_strategy_file", True, True), _int(process_num, "process_num", 0),
-                _format(output_format), bool(force))
+                bool(force), opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype))
 
 
 def transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_file_name, src_strategy_file=None,
-                                 dst_strategy_file=None, *, progress=None, force=False):
+                                 dst_strategy_file=None, *, progress=None, force=False, include=None, exclude=None,
+                                 rename=None, rename_map=None, dtype=None):
     """Writes target rank `rank_id`'s checkpoint `save_checkpoint_file_name` (ckpt, or safetensors if
     the name ends in .safetensors) from `checkpoint_files_map` ({source rank: checkpoint file}).
 
@@ -182,7 +254,8 @@ def transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_
                 _int(rank_id, "rank_id", 0), _files_map(checkpoint_files_map),
                 _path(save_checkpoint_file_name, "save_checkpoint_file_name"),
                 _path(src_strategy_file, "src_strategy_file", True, True),
-                _path(dst_strategy_file, "dst_strategy_file", True, True), bool(force))
+                _path(dst_strategy_file, "dst_strategy_file", True, True), bool(force),
+                opts=_opts(None, None, include, exclude, rename, rename_map, dtype))
 
 
 def rank_list_for_transform(rank_id, src_strategy_file=None, dst_strategy_file=None):
@@ -215,7 +288,7 @@ merge_pipeline_strategies = merge_pipeline_strategys
 # more
 
 def load_checkpoint_by_rank(rank_id, checkpoint_files_map, src_strategy_file=None, dst_strategy_file=None, *,
-                            progress=None):
+                            progress=None, include=None, exclude=None, rename=None, rename_map=None, dtype=None):
     """Target rank `rank_id`'s parameters as a dict {name: numpy array}, in the order its checkpoint
     file would hold them: what transform_checkpoint_by_rank would write, read into memory with no
     file written. Only the bytes the rank needs are read. BFloat16 arrays are ml_dtypes.bfloat16
@@ -223,29 +296,46 @@ def load_checkpoint_by_rank(rank_id, checkpoint_files_map, src_strategy_file=Non
     params, _ = _run(_core._load_checkpoint_by_rank, progress, "load_checkpoint_by_rank",
                      _int(rank_id, "rank_id", 0), _files_map(checkpoint_files_map),
                      _path(src_strategy_file, "src_strategy_file", True, True),
-                     _path(dst_strategy_file, "dst_strategy_file", True, True))
+                     _path(dst_strategy_file, "dst_strategy_file", True, True),
+                     opts=_opts(None, None, include, exclude, rename, rename_map, dtype))
     return params
 
 
 def merge_checkpoints(src_checkpoints_dir, dst_checkpoint_file, src_strategy_file=None, *, progress=None,
-                      force=False):
-    """Merges the distributed checkpoint `src_checkpoints_dir` into one checkpoint of full tensors."""
+                      force=False, output_format=None, max_shard_size=None, include=None, exclude=None, rename=None,
+                      rename_map=None, dtype=None):
+    """Merges the distributed checkpoint `src_checkpoints_dir` into one checkpoint of full tensors:
+    ckpt or safetensors by `dst_checkpoint_file`'s name, or with output_format="hf" a Hugging Face
+    checkpoint in the directory `dst_checkpoint_file` (shards of at most `max_shard_size` bytes)."""
     return _run(_core._merge_checkpoints, progress, "merge_checkpoints",
                 _path(src_checkpoints_dir, "src_checkpoints_dir", True), _path(dst_checkpoint_file, "dst_checkpoint_file"),
-                _path(src_strategy_file, "src_strategy_file", True, True), bool(force))
+                _path(src_strategy_file, "src_strategy_file", True, True), bool(force),
+                opts=_opts(_by_name_or_hf(output_format), max_shard_size, include, exclude, rename, rename_map, dtype))
 
 
 def split_checkpoint(checkpoint_file, dst_checkpoints_dir, dst_strategy_file, ckpt_prefix="checkpoint_",
-                     process_num=1, output_format="ckpt", *, progress=None, force=False):
+                     process_num=1, output_format="ckpt", *, progress=None, force=False, include=None, exclude=None,
+                     rename=None, rename_map=None, dtype=None):
     """Splits a checkpoint of full tensors by `dst_strategy_file` into
     `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>.ckpt (or .safetensors)."""
     return _run(_core._split_checkpoint, progress, "split_checkpoint",
                 _path(checkpoint_file, "checkpoint_file", True), _path(dst_checkpoints_dir, "dst_checkpoints_dir"),
-                _path(dst_strategy_file, "dst_strategy_file", True), str(ckpt_prefix),
-                _int(process_num, "process_num", 0), _format(output_format), bool(force))
+                _path(dst_strategy_file, "dst_strategy_file", True), _prefix(ckpt_prefix),
+                _int(process_num, "process_num", 0), bool(force),
+                opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype))
 
 
-def convert_checkpoint(src_file, dst_file, *, progress=None, force=False):
-    """Converts one checkpoint between ckpt and safetensors (by the file names)."""
+def convert_checkpoint(src_file, dst_file, *, progress=None, force=False, output_format=None, max_shard_size=None,
+                       include=None, exclude=None, rename=None, rename_map=None, dtype=None):
+    """Converts one checkpoint between ckpt and safetensors (by the file names), or with
+    output_format="hf" into a Hugging Face checkpoint in the directory `dst_file`."""
     return _run(_core._convert_checkpoint, progress, "convert_checkpoint",
-                _path(src_file, "src_file", True), _path(dst_file, "dst_file"), bool(force))
+                _path(src_file, "src_file", True), _path(dst_file, "dst_file"), bool(force),
+                opts=_opts(_by_name_or_hf(output_format), max_shard_size, include, exclude, rename, rename_map, dtype))
+
+
+def _by_name_or_hf(output_format):
+    if output_format not in (None, "hf"):
+        raise ValueError("output_format must be None (ckpt or safetensors, by the file's name) or 'hf', not %r"
+                         % (output_format,))
+    return output_format

@@ -69,8 +69,14 @@ inline checkpoint_format format_of(const std::filesystem::path& path) {
 
 /// The checkpoint file of rank `rank` in a distributed checkpoint directory, as the workflows
 /// write it: `dir/rank_<rank>/<prefix><rank>.ckpt` (or .safetensors).
+/// @throws reshard::error when `prefix` is not the start of a file name (it holds a '/' or a NUL
+///         byte: `../../x_` would write outside `dir`)
 inline std::filesystem::path rank_checkpoint_path(const std::filesystem::path& dir, std::string_view prefix,
                                                   std::int64_t rank, checkpoint_format format) {
+  if (prefix.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos)
+    report_error("checkpoint prefix " + detail::quote_name(prefix) +
+                 " holds a '/' or a NUL byte: it starts the output files' names (" +
+                 (dir / "rank_<t>" / "<prefix><t>").string() + ") and may not name another directory");
   const std::string r = std::to_string(rank);
   std::string sub("rank_"), name(prefix);
   sub.append(r);

@@ -456,6 +456,33 @@ class ckpt_writer {
     }
   }
 
+  /// Copies `entry` as write_raw(entry) does, under the name `name`: in each serialized Value the
+  /// tag (field 1) is `name`, every other field is copied byte-exact (a renamed map tensor, whose
+  /// content only ever passes through as bytes).
+  void write_raw(const ckpt_entry& entry, std::string_view name) {
+    RESHARD_EXPECTS(!open_, "ckpt_writer::write_raw: a tensor is not ended");
+    RESHARD_EXPECTS(!entry.values.empty(), "ckpt_writer::write_raw: the entry has no serialized Values");
+    claim_name(name);
+    for (auto v : entry.values) {
+      detail::wire_writer value;
+      value.bytes_field(1, name);
+      detail::wire_message m(v.data(), v.size(), [&](const std::string& why) { fail(entry.name, why); });
+      std::size_t at = m.position();
+      while (const std::uint32_t tag = m.next_tag()) {
+        m.skip(tag);
+        if (detail::tag_field(tag) != 1)
+          value.raw(std::string_view(reinterpret_cast<const char*>(v.data()) + at, m.position() - at));
+        at = m.position();
+      }
+      const std::string bytes = value.take();
+      detail::wire_writer w;
+      w.tag(1, detail::wt_len);
+      w.length(bytes.size());
+      emit(w.take());
+      emit(bytes);
+    }
+  }
+
   /// Finishes the file (CRC trailer if asked) and moves it to its destination.
   void commit() {
     RESHARD_EXPECTS(!open_, "ckpt_writer::commit: a tensor is not ended");

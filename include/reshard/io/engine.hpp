@@ -1754,6 +1754,8 @@ class transform_job {
       out.end();
     } else if (out.ckpt && e.ckpt && it.out.empty()) {  // the serialized Value as it is (same name)
       out.ckpt->write_raw(*e.ckpt);
+    } else if (out.ckpt && e.ckpt && e.map_tensor) {  // renamed: the Values with the new tag
+      out.ckpt->write_raw(*e.ckpt, it.name());
     } else {
       out.begin(it.name(), e.type, e.dims, e.content_size());
       for (auto p : e.pieces) out.append(p);
