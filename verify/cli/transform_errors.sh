@@ -167,4 +167,11 @@ expect_error "inspect junk" 1 "ckpt: $d/junk.ckpt:" inspect "$d/junk.ckpt"
 mkdir "$d/stages"
 expect_error "merge-strategies of an empty directory" 1 "$d/stages: holds no strategy files" merge-strategies --src-dir "$d/stages" --dst-file "$d/m.ckpt"
 
+# the prefix starts the outputs' names: one that names another directory is refused before any
+# directory is made (regression: ../../evil_ wrote outside --dst-dir and left empty rank dirs)
+fresh
+fails_cleanly "--prefix with a '/'" 1 "checkpoint prefix '../../evil_' holds a '/' or a NUL byte" \
+  transform --src-dir "$d/src" --dst-dir "$d/out/x" --src-strategy "$S" --dst-strategy "$D" --prefix ../../evil_
+if [[ -e $d/out || -n $(find "$tmp" -name 'evil_*') ]]; then fail "--prefix with a '/': nothing made" "$(find "$tmp" -name 'evil_*')"; else pass; fi
+
 finish
