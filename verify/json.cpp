@@ -6,6 +6,7 @@
 #include "laws/check.hpp"
 #include <rapidcheck/gtest.h>
 
+#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
@@ -385,6 +386,27 @@ TEST(Dtype, Sizes) {
   EXPECT_EQ(dtype_bytes("fp16"), 2);
   EXPECT_FALSE(dtype_size("float33"));
   EXPECT_FALSE(dtype_size(""));
+}
+
+TEST(Dtype, OneTableWithTheCheckpointFormats) {
+  // every name of every checkpoint dtype (MindSpore's, safetensors', numpy's), in upper and lower
+  // case, has the element size io/dtype.hpp gives it: the byte counts and the file formats read
+  // the same table
+  namespace io = reshard::io;
+  for (io::dtype t : io::all_dtypes) {
+    if (t == io::dtype::int4 || t == io::dtype::str) continue;
+    for (std::string_view n : {io::ms_name(t), io::safetensors_name(t).value_or(""), io::numpy_name(t)}) {
+      if (n.empty()) continue;
+      std::string lower(n), upper(n);
+      for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      for (const auto& name : {std::string(n), lower, upper}) {
+        ASSERT_TRUE(dtype_size(name)) << name;
+        EXPECT_EQ(*dtype_size(name), static_cast<reshard::index_t>(io::element_size(t))) << name;
+      }
+    }
+    EXPECT_NE(dtype_names().find(io::numpy_name(t)), std::string::npos) << io::numpy_name(t);
+  }
 }
 
 TEST(Dtype, UnknownListsValidNames) {

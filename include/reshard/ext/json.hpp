@@ -35,6 +35,7 @@
 #include "reshard/error.hpp"
 #include "reshard/layout.hpp"
 #include "reshard/plan.hpp"
+#include "reshard/io/dtype.hpp"
 
 namespace reshard {
 
@@ -455,45 +456,51 @@ struct dtype_entry {
   index_t bytes;
 };
 
-/// The dtype names reshard knows, canonical (numpy/torch) spellings first, then aliases
-/// (MindSpore `Float32`, safetensors `F32` and short forms are matched case-insensitively).
-inline constexpr std::array<dtype_entry, 40> dtype_table{{
-    {"bool", 1},       {"int8", 1},        {"uint8", 1},          {"int16", 2},
-    {"uint16", 2},     {"int32", 4},       {"uint32", 4},         {"int64", 8},
-    {"uint64", 8},     {"float16", 2},     {"bfloat16", 2},       {"float32", 4},
-    {"float64", 8},    {"float8_e4m3fn", 1}, {"float8_e5m2", 1},  {"complex64", 8},
-    {"complex128", 16},
-    // aliases
-    {"i8", 1},         {"u8", 1},          {"i16", 2},            {"u16", 2},
-    {"i32", 4},        {"u32", 4},         {"i64", 8},            {"u64", 8},
-    {"f16", 2},        {"fp16", 2},        {"half", 2},           {"bf16", 2},
-    {"f32", 4},        {"fp32", 4},        {"float", 4},          {"f64", 8},
-    {"fp64", 8},       {"double", 8},      {"f8_e4m3", 1},        {"f8_e5m2", 1},
-    {"c64", 8},        {"c128", 16},       {"boolean", 1},
+/// The element types that checkpoints do not hold, for byte counts only, canonical spellings
+/// first, then the short forms that none of the checkpoint formats' namings has. The types
+/// checkpoints hold, and their MindSpore, safetensors and numpy names, are io/dtype.hpp's: that
+/// one table serves here, `--dtype` of the checkpoint commands and the file formats.
+inline constexpr std::array<dtype_entry, 15> extra_dtypes{{
+    {"float8_e4m3fn", 1}, {"float8_e5m2", 1}, {"complex64", 8}, {"complex128", 16},
+    // short forms
+    {"fp16", 2}, {"half", 2}, {"fp32", 4}, {"float", 4}, {"fp64", 8}, {"double", 8}, {"f8_e4m3", 1},
+    {"f8_e5m2", 1}, {"c64", 8}, {"c128", 16}, {"boolean", 1},
 }};
-inline constexpr std::size_t dtype_canonical_count = 17;
+inline constexpr std::size_t extra_canonical_count = 4;
 
-/// The element size of dtype `name` (case-insensitive), or nullopt when unknown.
+namespace detail {
+inline bool same_name_ignoring_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+// The checkpoint dtypes a byte count can name (not Int4 or str, which are storage conventions).
+inline bool countable(io::dtype t) { return t != io::dtype::int4 && t != io::dtype::str; }
+}  // namespace detail
+
+/// The element size of dtype `name` (case-insensitive: numpy's `float32`, MindSpore's `Float32`,
+/// safetensors' `F32`, or a short form such as `fp16`), or nullopt when unknown.
 inline std::optional<index_t> dtype_size(std::string_view name) {
-  const auto lower = [](char c) {
-    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  };
-  for (const dtype_entry& e : dtype_table) {
-    if (e.name.size() != name.size()) continue;
-    bool same = true;
-    for (std::size_t i = 0; i < name.size() && same; ++i) same = lower(name[i]) == e.name[i];
-    if (same) return e.bytes;
+  for (io::dtype t : io::all_dtypes) {
+    if (!detail::countable(t)) continue;
+    for (std::string_view n : {io::ms_name(t), io::safetensors_name(t).value_or(""), io::numpy_name(t)})
+      if (!n.empty() && detail::same_name_ignoring_case(n, name)) return static_cast<index_t>(io::element_size(t));
   }
+  for (const dtype_entry& e : extra_dtypes)
+    if (detail::same_name_ignoring_case(e.name, name)) return e.bytes;
   return std::nullopt;
 }
 
-/// The canonical dtype names, comma-separated, for messages and help texts.
+/// The canonical dtype names (numpy's), comma-separated, for messages and help texts.
 inline std::string dtype_names() {
   std::string s;
-  for (std::size_t i = 0; i < dtype_canonical_count; ++i) {
-    if (i) s += ", ";
-    s += dtype_table[i].name;
+  for (io::dtype t : io::all_dtypes) {
+    if (!detail::countable(t)) continue;
+    if (!s.empty()) s += ", ";
+    s += io::numpy_name(t);
   }
+  for (std::size_t i = 0; i < extra_canonical_count; ++i) s.append(", ").append(extra_dtypes[i].name);
   return s;
 }
 
