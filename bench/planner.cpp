@@ -2,11 +2,13 @@
 //
 // Two families of layout pairs that scale from 8 to 4096 source ranks, and a whole GPT-like model:
 //   megatron  weight [12288, 49152], dev [dp, tp] map [-1, 0] (tensor parallel on dim 1,
-//             replicated over data parallel): 8 -> 4 ranks up to dp512 x tp8 -> dp256 x tp12
+//             replicated over data parallel): 8 -> 4 ranks up to dp2048 x tp8 -> dp1024 x tp12
+//             (16384 -> 12288; the naive baseline up to 4096 -> 3072)
 //   grid2d    embedding [50257, 12288] split on both dims, balanced (uneven) slices, both grids
 //             changing: dev[4,2] -> dev[3,1] (8 -> 3) up to dev[64,64] -> dev[96,32]
 //   model     496 parameters of a GPT-3-like model (h = 12288, 41 layers), Megatron layouts,
 //             dp128 x tp8 (1024 ranks) -> dp64 x tp12 (768 ranks)
+// check/...: check_plan of reshard's plan (made before the timing), beside plan/... in the same run.
 // Counters: transfers (plan size) and per_transfer (wall time / transfers; the console shows it
 // in seconds with an SI prefix, e.g. 35.2n = 35.2 ns).
 // The naive plan is checked once per pair against reshard's: same transfer count, same total
@@ -18,6 +20,7 @@
 
 #include "common.hpp"
 #include "naive_planner.hpp"
+#include "reshard/check_plan.hpp"
 #include "reshard/layout.hpp"
 #include "reshard/plan.hpp"
 
@@ -38,6 +41,7 @@ struct layout_pair {
 struct bench_case {
   std::string name;  // e.g. "megatron/4096->3072"
   std::vector<layout_pair> pairs;
+  bool naive = true;  // the all-pairs baseline runs too (not at 16384 ranks: 2 * 10^8 pairs)
 };
 
 layout ms(index_list dev, const tensor_map& map, index_list shape) {
@@ -59,7 +63,8 @@ std::vector<bench_case> pair_cases() {
                                 {{8, 8}, {4, 12}},
                                 {{64, 8}, {32, 12}},
                                 {{128, 8}, {64, 12}},
-                                {{512, 8}, {256, 12}}};
+                                {{512, 8}, {256, 12}},
+                                {{2048, 8}, {1024, 12}}};
   // grid2d: both dims split, both grid sizes change, uneven slices
   std::vector<grid> grid2d = {{{4, 2}, {3, 1}},
                               {{8, 8}, {12, 4}},
@@ -67,13 +72,14 @@ std::vector<bench_case> pair_cases() {
                               {{32, 32}, {48, 16}},
                               {{64, 64}, {96, 32}}};
   const std::size_t n = tiny() ? 2 : megatron.size();
+  const std::size_t n2 = tiny() ? 2 : grid2d.size();
   std::vector<bench_case> out;
   for (std::size_t k = 0; k < n; ++k) {
     const index_list shape{12288, 49152};
     layout_pair p{ms(megatron[k].src, {-1, 0}, shape), ms(megatron[k].dst, {-1, 0}, shape)};
-    out.push_back({"megatron/" + arrow(p.src, p.dst), {p}});
+    out.push_back({"megatron/" + arrow(p.src, p.dst), {p}, reshard::num_ranks(p.src) <= 4096});
   }
-  for (std::size_t k = 0; k < n; ++k) {
+  for (std::size_t k = 0; k < n2; ++k) {
     const index_list shape{50257, 12288};
     layout_pair p{ms(grid2d[k].src, {1, 0}, shape), ms(grid2d[k].dst, {1, 0}, shape)};
     out.push_back({"grid2d/" + arrow(p.src, p.dst), {p}});
@@ -185,6 +191,26 @@ void bm_naive(benchmark::State& state, const bench_case& c) {
   set_counters(state, transfers);
 }
 
+// check_plan of reshard's own plan (made before the timing): the checker beside the planner
+void bm_check(benchmark::State& state, const bench_case& c) {
+  std::vector<reshard::transfer_plan> plans;
+  for (const auto& p : c.pairs) plans.push_back(reshard::plan(p.src, p.dst));
+  std::size_t transfers = 0;
+  for (auto _ : state) {
+    transfers = 0;
+    for (const auto& p : plans) {
+      auto r = reshard::check_plan(p.src, p.dst, p.transfers);
+      if (!r.ok()) {
+        state.SkipWithError("check_plan refused reshard's plan");
+        return;
+      }
+      transfers += p.transfers.size();
+      benchmark::DoNotOptimize(r);
+    }
+  }
+  set_counters(state, transfers);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,7 +219,10 @@ int main(int argc, char** argv) {
   for (const auto& c : cases) {
     configure(benchmark::RegisterBenchmark(("plan/" + c.name + "/reshard").c_str(), bm_reshard, c),
               benchmark::kMicrosecond);
-    configure(benchmark::RegisterBenchmark(("plan/" + c.name + "/naive").c_str(), bm_naive, c),
+    if (c.naive)
+      configure(benchmark::RegisterBenchmark(("plan/" + c.name + "/naive").c_str(), bm_naive, c),
+                benchmark::kMicrosecond);
+    configure(benchmark::RegisterBenchmark(("check/" + c.name + "/reshard").c_str(), bm_check, c),
               benchmark::kMicrosecond);
   }
   benchmark::Initialize(&argc, argv);

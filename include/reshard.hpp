@@ -4,6 +4,7 @@
 #pragma once
 
 #include "reshard/box.hpp"
+#include "reshard/check_plan.hpp"
 #include "reshard/convert.hpp"
 #include "reshard/error.hpp"
 #include "reshard/layout.hpp"

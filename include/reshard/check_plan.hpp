@@ -1,0 +1,294 @@
+// reshard/check_plan.hpp: the verdict on a redistribution plan that any system made (a list of
+// transfers: source rank, target rank, box), against the two layouts it claims to move between.
+//
+//   auto r = check_plan(src, dst, transfers);
+//   r.complete   every element of every target rank's box is received exactly once
+//   r.sound      every transfer's sender holds its box in `src`, and its receiver in `dst`
+//   r.problems   the first problems (options.max_problems), each with its box and target rank
+//   r.cost       the plan's bytes, messages and largest sends and receives of one rank, beside
+//   r.minimal    the same figures for plan(src, dst), whose cross bytes are the lower bound
+//
+// It works on boxes, never on elements. A sound plan is complete exactly when, for every target,
+// its boxes are pairwise disjoint and their volumes add up to the target's box: the disjointness
+// is a sweep along one dim (O(T log T) for T transfers when the boxes are spread along it, the
+// dim with the most distinct starts is chosen), and the volumes are sums. Only a target found
+// wrong is cut into its uncovered boxes (box subtraction), to report them.
+//
+//   @post check_plan(A, B, plan(A, B).transfers).ok()
+//   @post r.ok() == (the element-by-element check: each element of box_of(B, t) is received once
+//         by t, and each transfer's elements are held by its sender in A and its receiver in B)
+//
+// Errors: layouts that are invalid or of different shapes throw reshard::error (tier 2, as plan()
+// does); a transfer naming a rank outside a layout or a box outside the tensor is a problem of
+// the plan (kind bad_transfer), not an error.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <queue>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reshard/box.hpp"
+#include "reshard/error.hpp"
+#include "reshard/layout.hpp"
+#include "reshard/partition.hpp"
+#include "reshard/plan.hpp"
+
+namespace reshard {
+
+/// What is wrong with one part of a plan.
+enum class plan_problem_kind : std::uint8_t {
+  uncovered,       ///< a box of target rank `dst` that no transfer brings
+  covered_twice,   ///< a box of target rank `dst` that two transfers (`transfer`, `other`) both bring
+  sender_lacks,    ///< transfer `transfer`'s box is not (wholly) held by its sender `src` in the source layout
+  receiver_lacks,  ///< transfer `transfer`'s box is not (wholly) inside its receiver `dst`'s box
+  bad_transfer,    ///< transfer `transfer` names a rank outside its layout, or a box outside the tensor
+};
+
+constexpr const char* to_string(plan_problem_kind k) noexcept {
+  switch (k) {
+    case plan_problem_kind::uncovered: return "uncovered";
+    case plan_problem_kind::covered_twice: return "covered twice";
+    case plan_problem_kind::sender_lacks: return "sender does not hold it";
+    case plan_problem_kind::receiver_lacks: return "outside the receiver's box";
+    case plan_problem_kind::bad_transfer: return "bad transfer";
+  }
+  return "?";
+}
+
+inline constexpr std::size_t no_transfer = std::numeric_limits<std::size_t>::max();
+
+struct plan_problem {
+  plan_problem_kind kind = plan_problem_kind::uncovered;
+  index_t src = -1;                   ///< the sender (-1: none)
+  index_t dst = -1;                   ///< the target rank
+  box where;                          ///< the box concerned (the overlap, the hole, the transfer's box)
+  std::size_t transfer = no_transfer; ///< the transfer's index in the list checked
+  std::size_t other = no_transfer;    ///< covered_twice: the other transfer
+  std::string what;                   ///< the problem in words, for messages
+};
+
+/// The figures of a plan, for comparing one with the minimal one.
+struct plan_figures {
+  index_t cross_bytes = 0;         ///< bytes moving between different ranks
+  index_t local_bytes = 0;         ///< bytes a rank copies from itself
+  index_t messages = 0;            ///< cross-rank transfers
+  index_t max_sent_bytes = 0;      ///< most cross bytes one rank sends
+  index_t max_received_bytes = 0;  ///< most cross bytes one rank receives
+  friend constexpr bool operator==(const plan_figures&, const plan_figures&) = default;
+};
+
+struct plan_check {
+  bool complete = true;  ///< every target element received exactly once
+  bool sound = true;     ///< every transfer held by its sender and inside its receiver's box
+  std::vector<plan_problem> problems;  ///< the first ones found, by target rank
+  std::size_t problem_count = 0;       ///< all that were found (problems may list fewer)
+  plan_figures cost;                   ///< of the plan checked (its well-formed transfers)
+  plan_figures minimal;                ///< of plan(src, dst)
+  index_t lower_bound_bytes = 0;       ///< the bytes the targets do not already hold
+  bool ok() const noexcept { return complete && sound; }
+};
+
+struct check_options {
+  std::size_t max_problems = 100;  ///< problems listed at most (all are counted)
+  index_t element_bytes = 1;       ///< bytes of one element, for the figures
+};
+
+namespace detail {
+
+inline bool box_inside(const box& inner, const box& outer) {
+  for (std::size_t i = 0; i < inner.offset.size(); ++i)
+    if (inner.offset[i] < outer.offset[i] || inner.offset[i] + inner.extent[i] > outer.offset[i] + outer.extent[i])
+      return false;
+  return true;
+}
+
+// `a` minus `b`: at most 2 * dims disjoint boxes.
+inline void subtract_box(const box& a, const box& b, std::vector<box>& out) {
+  const box common = intersect(a, b);
+  if (volume(common) == 0) {
+    out.push_back(a);
+    return;
+  }
+  box rest = a;
+  for (std::size_t i = 0; i < a.offset.size(); ++i) {
+    const index_t lo = common.offset[i], hi = common.offset[i] + common.extent[i];
+    const index_t rlo = rest.offset[i], rhi = rest.offset[i] + rest.extent[i];
+    if (rlo < lo) {
+      box below = rest;
+      below.extent[i] = lo - rlo;
+      out.push_back(below);
+    }
+    if (hi < rhi) {
+      box above = rest;
+      above.offset[i] = hi;
+      above.extent[i] = rhi - hi;
+      out.push_back(above);
+    }
+    rest.offset[i] = lo;
+    rest.extent[i] = hi - lo;
+  }
+}
+
+inline std::string describe(const plan_problem& p) {
+  std::string s = std::string(to_string(p.kind)) + ": target rank " + std::to_string(p.dst) + ", box " + to_string(p.where);
+  if (p.transfer != no_transfer) s += ", transfer " + std::to_string(p.transfer) + " (from rank " + std::to_string(p.src) + ")";
+  if (p.other != no_transfer) s += " and transfer " + std::to_string(p.other);
+  return s;
+}
+
+class plan_checker {
+ public:
+  plan_checker(const layout& src, const layout& dst, std::span<const transfer> xs, check_options o)
+      : src_(src), dst_(dst), xs_(xs), o_(o), gs_(src), gd_(dst) {}
+
+  plan_check run() {
+    std::vector<std::vector<std::size_t>> to(static_cast<std::size_t>(gd_.ranks));
+    std::vector<index_t> sent(static_cast<std::size_t>(gs_.ranks), 0), received(static_cast<std::size_t>(gd_.ranks), 0);
+    for (std::size_t i = 0; i < xs_.size(); ++i) {
+      const transfer& x = xs_[i];
+      if (!well_formed(x)) {
+        add({plan_problem_kind::bad_transfer, x.src, x.dst, x.where, i, no_transfer, {}}, false);
+        continue;
+      }
+      const index_t v = volume(x.where) * o_.element_bytes;
+      if (x.src == x.dst) {
+        r_.cost.local_bytes += v;
+      } else if (v > 0) {
+        r_.cost.cross_bytes += v;
+        ++r_.cost.messages;
+        sent[static_cast<std::size_t>(x.src - gs_.first_rank)] += v;
+        received[static_cast<std::size_t>(x.dst - gd_.first_rank)] += v;
+      }
+      if (volume(x.where) == 0) continue;  // moves nothing: neither covers nor lacks anything
+      if (!box_inside(x.where, gs_.region_box(gs_.region_of(x.src))))
+        add({plan_problem_kind::sender_lacks, x.src, x.dst, x.where, i, no_transfer, {}}, false);
+      if (!box_inside(x.where, target_box(x.dst))) {
+        add({plan_problem_kind::receiver_lacks, x.src, x.dst, x.where, i, no_transfer, {}}, false);
+        continue;  // not part of the target's cover
+      }
+      to[static_cast<std::size_t>(x.dst - gd_.first_rank)].push_back(i);
+    }
+    for (index_t s : sent) r_.cost.max_sent_bytes = std::max(r_.cost.max_sent_bytes, s);
+    for (index_t s : received) r_.cost.max_received_bytes = std::max(r_.cost.max_received_bytes, s);
+    for (index_t t = 0; t < gd_.ranks; ++t) check_target(gd_.first_rank + t, to[static_cast<std::size_t>(t)]);
+    figures_of_minimal_plan();
+    return std::move(r_);
+  }
+
+ private:
+  box target_box(index_t t) const { return gd_.region_box(gd_.region_of(t)); }
+
+  bool well_formed(const transfer& x) const {
+    if (!gs_.has_rank(x.src) || !gd_.has_rank(x.dst)) return false;
+    if (x.where.offset.size() != src_.shape.size() || x.where.extent.size() != src_.shape.size()) return false;
+    for (std::size_t i = 0; i < src_.shape.size(); ++i) {
+      const index_t o = x.where.offset[i], e = x.where.extent[i];
+      if (o < 0 || e < 0 || o > src_.shape[i] || e > src_.shape[i] - o) return false;
+    }
+    return true;
+  }
+
+  void add(plan_problem p, bool cover) {
+    (cover ? r_.complete : r_.sound) = false;
+    ++r_.problem_count;
+    if (r_.problems.size() >= o_.max_problems) return;
+    p.what = describe(p);
+    r_.problems.push_back(std::move(p));
+  }
+
+  // The boxes of target t: pairwise disjoint, and their volumes add up to t's box.
+  void check_target(index_t t, const std::vector<std::size_t>& mine) {
+    const box whole = target_box(t);
+    const std::size_t nd = whole.offset.size();
+    index_t sum = 0;
+    for (std::size_t i : mine) sum += volume(xs_[i].where);
+    bool overlaps = false;
+    if (nd == 0) {  // a 0-d tensor: every (non-empty) box is its one element
+      for (std::size_t k = 1; k < mine.size(); ++k)
+        overlaps = true, add({plan_problem_kind::covered_twice, xs_[mine[k]].src, t, whole, mine[k], mine[0], {}}, true);
+    } else {
+      // sweep along the dim where the boxes start at the most distinct offsets
+      std::size_t d = 0, best = 0;
+      for (std::size_t k = 0; k < nd; ++k) {
+        std::vector<index_t> starts;
+        for (std::size_t i : mine) starts.push_back(xs_[i].where.offset[k]);
+        std::sort(starts.begin(), starts.end());
+        const auto distinct = static_cast<std::size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
+        if (distinct > best) best = distinct, d = k;
+      }
+      std::vector<std::size_t> order(mine);
+      std::sort(order.begin(), order.end(),
+                [&](std::size_t a, std::size_t b) { return xs_[a].where.offset[d] < xs_[b].where.offset[d]; });
+      using active_t = std::pair<index_t, std::size_t>;  // (end along d, transfer)
+      std::priority_queue<active_t, std::vector<active_t>, std::greater<>> ends;
+      std::vector<std::size_t> active;
+      for (std::size_t i : order) {
+        const box& b = xs_[i].where;
+        while (!ends.empty() && ends.top().first <= b.offset[d]) {
+          const std::size_t gone = ends.top().second;
+          ends.pop();
+          active.erase(std::find(active.begin(), active.end(), gone));
+        }
+        for (std::size_t j : active) {
+          const box common = intersect(xs_[j].where, b);
+          if (volume(common) > 0)
+            overlaps = true, add({plan_problem_kind::covered_twice, xs_[i].src, t, common, i, j, {}}, true);
+        }
+        active.push_back(i);
+        ends.emplace(b.offset[d] + b.extent[d], i);
+      }
+    }
+    if (!overlaps && sum == volume(whole)) return;
+    // some of t's box is not received: cut it into the uncovered boxes
+    std::vector<box> holes{whole}, next;
+    for (std::size_t i : mine) {
+      next.clear();
+      for (const box& h : holes) subtract_box(h, xs_[i].where, next);
+      holes.swap(next);
+      if (holes.empty()) break;
+    }
+    for (const box& h : holes)
+      if (volume(h) > 0) add({plan_problem_kind::uncovered, -1, t, h, no_transfer, no_transfer, {}}, true);
+  }
+
+  void figures_of_minimal_plan() {
+    const transfer_plan p = plan(src_, dst_);
+    const plan_cost c = p.cost(o_.element_bytes);
+    r_.lower_bound_bytes = c.lower_bound_bytes;
+    r_.minimal.cross_bytes = c.cross_bytes;
+    r_.minimal.local_bytes = c.local_bytes;
+    r_.minimal.messages = c.messages;
+    r_.minimal.max_sent_bytes = c.max_sent_bytes;
+    std::vector<index_t> received(static_cast<std::size_t>(gd_.ranks), 0);
+    for (const transfer& x : p.transfers)
+      if (x.src != x.dst) received[static_cast<std::size_t>(x.dst - gd_.first_rank)] += volume(x.where) * o_.element_bytes;
+    for (index_t v : received) r_.minimal.max_received_bytes = std::max(r_.minimal.max_received_bytes, v);
+  }
+
+  const layout& src_;
+  const layout& dst_;
+  std::span<const transfer> xs_;
+  check_options o_;
+  partition gs_, gd_;
+  plan_check r_;
+};
+
+}  // namespace detail
+
+/// The verdict on `transfers` as a plan from `src` to `dst` (see the top of this header).
+/// @throws reshard::error when a layout is invalid or the two have different shapes
+inline plan_check check_plan(const layout& src, const layout& dst, std::span<const transfer> transfers,
+                             check_options o = {}) {
+  validate(src, "check_plan: source layout");
+  validate(dst, "check_plan: target layout");
+  detail::expect_same_shape(src, dst, "check_plan");
+  return detail::plan_checker(src, dst, transfers, o).run();
+}
+
+}  // namespace reshard

@@ -1,0 +1,219 @@
+// verify/check_plan.cpp: laws of check_plan (include/reshard/check_plan.hpp): reshard's own plans
+// pass, on random layout pairs and both replica policies; every single mutation of a correct plan
+// is caught; and on small tensors the verdict agrees with an element-by-element checker written
+// here without boxes, in both directions.
+#include <reshard/check_plan.hpp>
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "gen/layouts.hpp"
+#include "reshard.hpp"
+
+using namespace reshard;
+using verify::layout_pair;
+
+namespace {
+
+// The element-by-element verdict: (complete, sound). Every element of box_of(dst, t) is received
+// by t exactly once; every transfer's elements are held by its sender and lie in its receiver's
+// box; a transfer naming a rank outside a layout or a box outside the tensor is unsound.
+std::pair<bool, bool> brute_force(const layout& src, const layout& dst, const std::vector<transfer>& xs) {
+  const index_t m = num_ranks(src), n = num_ranks(dst);
+  const std::size_t nd = src.shape.size();
+  const auto inside = [&](const index_list& at, const box& b) {
+    for (std::size_t i = 0; i < nd; ++i)
+      if (at[i] < b.offset[i] || at[i] >= b.offset[i] + b.extent[i]) return false;
+    return true;
+  };
+  // every element of a box, by its coordinates
+  const auto each = [&](const box& b, auto&& f) {
+    if (volume(b) == 0) return;
+    index_list at = b.offset;
+    while (true) {
+      f(at);
+      std::size_t d = nd;
+      while (d > 0) {
+        --d;
+        if (++at[d] < b.offset[d] + b.extent[d]) break;
+        at[d] = b.offset[d];
+        if (d == 0) return;
+      }
+      if (nd == 0) return;
+    }
+  };
+  bool sound = true;
+  std::map<std::pair<index_t, std::vector<index_t>>, int> got;  // (target, element) -> times received
+  for (const transfer& x : xs) {
+    bool formed = x.src >= src.first_rank && x.src < src.first_rank + m && x.dst >= dst.first_rank &&
+                  x.dst < dst.first_rank + n && x.where.offset.size() == nd && x.where.extent.size() == nd;
+    for (std::size_t i = 0; formed && i < nd; ++i)
+      formed = x.where.offset[i] >= 0 && x.where.extent[i] >= 0 && x.where.offset[i] + x.where.extent[i] <= src.shape[i];
+    if (!formed) {
+      sound = false;
+      continue;
+    }
+    const box sb = box_of(src, x.src), tb = box_of(dst, x.dst);
+    bool in_target = true;
+    each(x.where, [&](const index_list& at) {
+      if (!inside(at, sb)) sound = false;
+      if (!inside(at, tb)) sound = false, in_target = false;
+    });
+    if (!in_target) continue;  // not counted toward the target's cover (as check_plan does)
+    each(x.where, [&](const index_list& at) { ++got[{x.dst, std::vector<index_t>(at.begin(), at.end())}]; });
+  }
+  bool complete = true;
+  for (index_t t = dst.first_rank; t < dst.first_rank + n; ++t)
+    each(box_of(dst, t), [&](const index_list& at) {
+      const auto it = got.find({t, std::vector<index_t>(at.begin(), at.end())});
+      if (it == got.end() || it->second != 1) complete = false;
+    });
+  for (const auto& [key, times] : got)
+    if (times > 1) complete = false;
+  return {complete, sound};
+}
+
+// A random single mutation of a plan with at least one non-empty transfer (see below), and
+// whether it must be caught as incomplete (true) or unsound (false).
+std::vector<transfer> mutate(const layout& src, std::vector<transfer> xs) {
+  std::vector<std::size_t> nonempty;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (volume(xs[i].where) > 0) nonempty.push_back(i);
+  const std::size_t i = nonempty[*rc::gen::inRange<std::size_t>(0, nonempty.size())];
+  const std::size_t nd = src.shape.size();
+  const int kind = nd == 0 ? *rc::gen::element(0, 1, 5) : *rc::gen::inRange(0, 6);
+  switch (kind) {
+    case 0:  // dropped
+      xs.erase(xs.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    case 1:  // duplicated
+      xs.push_back(xs[i]);
+      break;
+    case 2: {  // shifted by one element in a dim
+      const auto d = *rc::gen::inRange<std::size_t>(0, nd);
+      xs[i].where.offset[d] += *rc::gen::element<index_t>(-1, 1);
+      break;
+    }
+    case 3: {  // grown by one in a dim
+      const auto d = *rc::gen::inRange<std::size_t>(0, nd);
+      ++xs[i].where.extent[d];
+      break;
+    }
+    case 4: {  // shrunk by one in a dim (where it has extent)
+      const auto d = *rc::gen::inRange<std::size_t>(0, nd);
+      --xs[i].where.extent[d];
+      break;
+    }
+    case 5: {  // a sender that does not hold the box
+      const box& b = xs[i].where;
+      std::vector<index_t> lacking;
+      for (index_t r = src.first_rank; r < src.first_rank + num_ranks(src); ++r)
+        if (volume(intersect(box_of(src, r), b)) < volume(b)) lacking.push_back(r);
+      if (lacking.empty()) {  // every source rank holds it (all replicas): a rank outside the layout
+        xs[i].src = src.first_rank + num_ranks(src);
+      } else {
+        xs[i].src = lacking[*rc::gen::inRange<std::size_t>(0, lacking.size())];
+      }
+      break;
+    }
+  }
+  return xs;
+}
+
+bool has_nonempty(const std::vector<transfer>& xs) {
+  for (const auto& x : xs)
+    if (volume(x.where) > 0) return true;
+  return false;
+}
+
+}  // namespace
+
+RC_GTEST_PROP(CheckPlan, ReshardsOwnPlansPass, (const layout_pair& lp)) {
+  for (auto policy : {replica_policy::least_loaded, replica_policy::round_robin}) {
+    const auto p = plan(lp.src, lp.dst, policy);
+    const auto elem = static_cast<index_t>(*verify::element_sizes());
+    const auto r = check_plan(lp.src, lp.dst, p.transfers, {.element_bytes = elem});
+    RC_ASSERT(r.ok());
+    RC_ASSERT(r.problems.empty() && r.problem_count == 0u);
+    const auto c = p.cost(elem);
+    RC_ASSERT(r.cost.cross_bytes == c.cross_bytes);
+    RC_ASSERT(r.cost.local_bytes == c.local_bytes);
+    RC_ASSERT(r.cost.messages == c.messages);
+    RC_ASSERT(r.cost.max_sent_bytes == c.max_sent_bytes);
+    RC_ASSERT(r.lower_bound_bytes == c.lower_bound_bytes);
+    RC_ASSERT(r.cost.cross_bytes == r.lower_bound_bytes);
+  }
+}
+
+RC_GTEST_PROP(CheckPlan, EverySingleMutationIsCaught, (const layout_pair& lp)) {
+  const auto p = plan(lp.src, lp.dst, *rc::gen::element(replica_policy::least_loaded, replica_policy::round_robin));
+  RC_PRE(has_nonempty(p.transfers));
+  const auto bad = mutate(lp.src, p.transfers);
+  const auto r = check_plan(lp.src, lp.dst, bad);
+  RC_ASSERT(!r.ok());
+  RC_ASSERT(r.problem_count > 0u && !r.problems.empty());
+}
+
+RC_GTEST_PROP(CheckPlan, AgreesWithTheElementByElementCheck, (const layout_pair& lp)) {
+  auto xs = plan(lp.src, lp.dst).transfers;
+  if (has_nonempty(xs) && *rc::gen::inRange(0, 4) != 0) xs = mutate(lp.src, xs);
+  if (has_nonempty(xs) && *rc::gen::inRange(0, 3) == 0) xs = mutate(lp.src, xs);  // sometimes two
+  const auto r = check_plan(lp.src, lp.dst, xs);
+  const auto [complete, sound] = brute_force(lp.src, lp.dst, xs);
+  RC_ASSERT(r.complete == complete);
+  RC_ASSERT(r.sound == sound);
+}
+
+TEST(CheckPlan, ReportsTheHoleTheOverlapAndTheSender) {
+  // 8 x 4 split in rows over 2 ranks, to columns over 2 ranks
+  const layout a = mindspore_layout({2}, {0, -1}, {8, 4});
+  const layout b = mindspore_layout({2}, {-1, 0}, {8, 4});
+  auto xs = plan(a, b).transfers;
+  ASSERT_TRUE(check_plan(a, b, xs).ok());
+  // target 1 (columns 2..3) loses the rows 4..7 it got from rank 1
+  std::vector<transfer> dropped;
+  for (const auto& x : xs)
+    if (!(x.dst == 1 && x.src == 1)) dropped.push_back(x);
+  auto r = check_plan(a, b, dropped);
+  EXPECT_FALSE(r.complete);
+  EXPECT_TRUE(r.sound);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].kind, plan_problem_kind::uncovered);
+  EXPECT_EQ(r.problems[0].dst, 1);
+  EXPECT_EQ(r.problems[0].where, (box{{4, 2}, {4, 2}}));
+  EXPECT_NE(r.problems[0].what.find("uncovered: target rank 1, box"), std::string::npos) << r.problems[0].what;
+  // rank 0 sends rows 4..7, which rank 1 holds
+  auto wrong = xs;
+  for (auto& x : wrong)
+    if (x.dst == 1 && x.src == 1) x.src = 0;
+  r = check_plan(a, b, wrong);
+  EXPECT_TRUE(r.complete);
+  EXPECT_FALSE(r.sound);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].kind, plan_problem_kind::sender_lacks);
+  // a transfer twice: the overlap, naming both
+  auto twice = xs;
+  twice.push_back(xs.front());
+  r = check_plan(a, b, twice);
+  EXPECT_FALSE(r.complete);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].kind, plan_problem_kind::covered_twice);
+  EXPECT_EQ(r.problems[0].where, xs.front().where);
+  // a rank outside the layout, a box outside the tensor
+  r = check_plan(a, b, std::vector<transfer>{{5, 0, {{0, 0}, {4, 2}}}, {0, 0, {{6, 0}, {4, 2}}}});
+  EXPECT_FALSE(r.sound);
+  EXPECT_EQ(r.problem_count, 4u);  // two bad transfers, and target 0 and 1 uncovered
+  // at most max_problems listed, all counted
+  r = check_plan(a, b, std::vector<transfer>{}, {.max_problems = 1});
+  EXPECT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problem_count, 2u);
+}
+
+TEST(CheckPlan, LayoutsOfDifferentShapesAreAnError) {
+  EXPECT_THROW((void)check_plan(mindspore_layout({2}, {0}, {8}), mindspore_layout({2}, {0}, {6}), {}), reshard::error);
+}
