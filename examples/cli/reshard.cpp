@@ -18,6 +18,7 @@
 #include <mpi.h>
 #endif
 
+#include "check_plan_command.hpp"
 #include "common.hpp"
 #include "convert_command.hpp"
 #include "inspect_command.hpp"
@@ -47,6 +48,7 @@ int run(int argc, char** argv) {
   const std::vector<cli::command> commands{
       cli::add_layout_command(app),
       cli::add_plan_command(app),
+      cli::add_check_plan_command(app),
       cli::add_transform_command(app),
       cli::add_transform_rank_command(app),
       cli::add_rank_list_command(app),

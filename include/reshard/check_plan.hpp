@@ -152,8 +152,8 @@ class plan_checker {
     std::vector<index_t> sent(static_cast<std::size_t>(gs_.ranks), 0), received(static_cast<std::size_t>(gd_.ranks), 0);
     for (std::size_t i = 0; i < xs_.size(); ++i) {
       const transfer& x = xs_[i];
-      if (!well_formed(x)) {
-        add({plan_problem_kind::bad_transfer, x.src, x.dst, x.where, i, no_transfer, {}}, false);
+      if (std::string why = malformed(x); !why.empty()) {
+        add({plan_problem_kind::bad_transfer, x.src, x.dst, x.where, i, no_transfer, std::move(why)}, false);
         continue;
       }
       const index_t v = volume(x.where) * o_.element_bytes;
@@ -184,21 +184,29 @@ class plan_checker {
  private:
   box target_box(index_t t) const { return gd_.region_box(gd_.region_of(t)); }
 
-  bool well_formed(const transfer& x) const {
-    if (!gs_.has_rank(x.src) || !gd_.has_rank(x.dst)) return false;
-    if (x.where.offset.size() != src_.shape.size() || x.where.extent.size() != src_.shape.size()) return false;
+  // Why `x` is not a transfer of these layouts (empty: it is one).
+  std::string malformed(const transfer& x) const {
+    const auto range = [](const partition& g) {
+      return std::to_string(g.first_rank) + ".." + std::to_string(g.first_rank + g.ranks - 1);
+    };
+    if (!gs_.has_rank(x.src)) return "sender " + std::to_string(x.src) + " is not a rank of the source layout (" + range(gs_) + ")";
+    if (!gd_.has_rank(x.dst)) return "receiver " + std::to_string(x.dst) + " is not a rank of the target layout (" + range(gd_) + ")";
+    if (x.where.offset.size() != src_.shape.size() || x.where.extent.size() != src_.shape.size())
+      return "the box has " + std::to_string(x.where.offset.size()) + " dims, the tensor " + std::to_string(src_.shape.size());
     for (std::size_t i = 0; i < src_.shape.size(); ++i) {
       const index_t o = x.where.offset[i], e = x.where.extent[i];
-      if (o < 0 || e < 0 || o > src_.shape[i] || e > src_.shape[i] - o) return false;
+      if (o < 0 || e < 0 || o > src_.shape[i] || e > src_.shape[i] - o)
+        return "the box leaves the tensor " + to_string(src_.shape) + " in dim " + std::to_string(i);
     }
-    return true;
+    return {};
   }
 
+  // `p.what` holds the reason, if any, on entry; it becomes the whole description.
   void add(plan_problem p, bool cover) {
     (cover ? r_.complete : r_.sound) = false;
     ++r_.problem_count;
     if (r_.problems.size() >= o_.max_problems) return;
-    p.what = describe(p);
+    p.what = describe(p) + (p.what.empty() ? "" : ": " + p.what);
     r_.problems.push_back(std::move(p));
   }
 

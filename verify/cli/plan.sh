@@ -5,7 +5,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 
 S='{"dev_matrix":[2,4],"tensor_map":[1,-1],"shape":[8,4]}'
 D='{"dev_matrix":[4],"tensor_map":[0,-1],"shape":[8,4]}'
-expect_json "8 -> 4: keys" 'sorted(j) == sorted(["transfers","cross_bytes","local_bytes","lower_bound_bytes","messages","max_sent_bytes","mean_sent_bytes"])' plan --src "$S" --dst "$D" --json
+expect_json "8 -> 4: keys" 'sorted(j) == sorted(["plan_version","src","dst","transfers","cross_bytes","local_bytes","lower_bound_bytes","messages","max_sent_bytes","mean_sent_bytes"])' plan --src "$S" --dst "$D" --json
 expect_json "8 -> 4: transfer fields" 'all(sorted(t) == ["bytes","dst","offset","shape","src"] for t in j["transfers"])' plan --src "$S" --dst "$D" --json
 expect_json "8 -> 4: cross bytes == lower bound" 'j["cross_bytes"] == j["lower_bound_bytes"] == 64' plan --src "$S" --dst "$D" --json
 expect_json "8 -> 4: ranks 0 and 1 copy locally" 'j["local_bytes"] == 64 and [(t["src"], t["dst"]) for t in j["transfers"] if t["src"] == t["dst"]] == [(0,0),(1,1)]' plan --src "$S" --dst "$D" --json

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "reshard/box.hpp"
+#include "reshard/check_plan.hpp"
 #include "reshard/error.hpp"
 #include "reshard/layout.hpp"
 #include "reshard/plan.hpp"
@@ -344,22 +345,20 @@ inline layout layout_from_json(const nlohmann::json& j, std::string_view what) {
   return l;
 }
 
-/// Parses a layout from JSON text; syntax errors name the line and column.
-inline layout layout_from_json_text(std::string_view text, std::string_view what) {
-  // A layout nests 3 deep; refuse deep nesting while parsing (printing or copying a value recurses
-  // once per level, and nlohmann before 3.10 also destroyed values recursively).
+/// Parses JSON text (a layout, a plan); syntax errors name the line and column, and nesting
+/// deeper than 64 levels is refused while parsing (printing or copying a value recurses once per
+/// level, and nlohmann before 3.10 also destroyed values recursively).
+inline nlohmann::json json_of_text(std::string_view text, std::string_view what) {
   constexpr int max_depth = 64;
   const nlohmann::json::parser_callback_t limit = [&](int depth, nlohmann::json::parse_event_t event,
                                                       nlohmann::json&) {
     if ((event == nlohmann::json::parse_event_t::object_start ||
          event == nlohmann::json::parse_event_t::array_start) && depth >= max_depth)
-      detail::json_error(what, "not a layout: JSON nests arrays and objects deeper than " +
-                                   std::to_string(max_depth) + " levels");
+      detail::json_error(what, "JSON nests arrays and objects deeper than " + std::to_string(max_depth) + " levels");
     return true;
   };
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.begin(), text.end(), limit);
+    return nlohmann::json::parse(text.begin(), text.end(), limit);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     // e.what() = "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
     std::string m = e.what();
@@ -367,7 +366,11 @@ inline layout layout_from_json_text(std::string_view text, std::string_view what
     if (m.rfind("[json.exception.", 0) == 0 && at != std::string::npos) m.erase(0, at + 2);
     detail::json_error(what, "not valid JSON: " + m);
   }
-  return layout_from_json(j, what);
+}
+
+/// Parses a layout from JSON text (json_of_text, then layout_from_json).
+inline layout layout_from_json_text(std::string_view text, std::string_view what) {
+  return layout_from_json(json_of_text(text, what), what);
 }
 
 /// The layout as JSON, in the form layout_from_json reads.
@@ -415,7 +418,10 @@ inline nlohmann::json to_json(const transfer_plan& p, index_t element_bytes) {
                          {"shape", t.where.extent},
                          {"bytes", volume(t.where) * element_bytes}});
   const plan_cost c = p.cost(element_bytes);
-  return {{"transfers", std::move(transfers)},
+  return {{"plan_version", 1},
+          {"src", to_json(p.src)},
+          {"dst", to_json(p.dst)},
+          {"transfers", std::move(transfers)},
           {"cross_bytes", c.cross_bytes},
           {"local_bytes", c.local_bytes},
           {"lower_bound_bytes", c.lower_bound_bytes},
@@ -511,6 +517,73 @@ inline index_t dtype_bytes(std::string_view name, std::string_view what = "dtype
   detail::json_error(what, "unknown dtype \"" + std::string(name) + "\" (valid: " +
                                dtype_names() + "; also MindSpore and safetensors spellings "
                                "such as Float32, BF16)");
+}
+
+/// The transfers of a plan in the JSON to_json(transfer_plan) writes (plan_version 1):
+/// {"transfers": [{"src", "dst", "offset", "shape"}, ...]}, other keys ignored; or that list
+/// itself. `what` names the input in messages.
+inline std::vector<transfer> transfers_from_json(const nlohmann::json& j, std::string_view what) {
+  using detail::json_error;
+  const nlohmann::json* list = &j;
+  if (j.is_object()) {
+    if (const auto v = j.find("plan_version"); v != j.end() && *v != 1)
+      json_error(what, "plan_version " + v->dump() + " is not one this reshard reads (1)");
+    list = &detail::json_require(j, what, {"transfers"});
+  }
+  if (!list->is_array())
+    json_error(what, "a plan must be {\"transfers\": [{\"src\", \"dst\", \"offset\", \"shape\"}, ...]}, got " +
+                         detail::json_kind(*list));
+  std::vector<transfer> out;
+  out.reserve(list->size());
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const nlohmann::json& t = (*list)[i];
+    const std::string at = "transfers[" + std::to_string(i) + "]";
+    if (!t.is_object()) json_error(what, at + " must be an object {\"src\", \"dst\", \"offset\", \"shape\"}, got " + detail::json_kind(t));
+    const auto rank = [&](const char* key) {
+      return detail::json_int(detail::json_require(t, what, {key}), what, at + "." + key, 0,
+                              detail::json_max_devices - 1, "a global rank id, 0 to 2^31 - 1");
+    };
+    transfer x{rank("src"), rank("dst"), {}};
+    x.where.offset = detail::json_int_list(detail::json_require(t, what, {"offset"}), what, at + ".offset", 0,
+                                           detail::json_max_elements, "an offset, 0 or more");
+    x.where.extent = detail::json_int_list(detail::json_require(t, what, {"shape", "extent"}), what, at + ".shape", 0,
+                                           detail::json_max_elements, "an extent, 0 or more");
+    if (x.where.offset.size() != x.where.extent.size())
+      json_error(what, at + ": offset has " + std::to_string(x.where.offset.size()) + " dims and shape " +
+                           std::to_string(x.where.extent.size()));
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+/// The verdict of check_plan as JSON: {"ok", "complete", "sound", "problem_count", "problems":
+/// [{"kind", "src", "dst", "offset", "shape", "transfer", "other", "what"}...], "cost": {...},
+/// "minimal": {...}, "lower_bound_bytes"}; absent transfers are -1.
+inline nlohmann::json to_json(const plan_check& r) {
+  const auto figures = [](const plan_figures& f) {
+    return nlohmann::json{{"cross_bytes", f.cross_bytes},       {"local_bytes", f.local_bytes},
+                          {"messages", f.messages},             {"max_sent_bytes", f.max_sent_bytes},
+                          {"max_received_bytes", f.max_received_bytes}};
+  };
+  const auto index = [](std::size_t i) { return i == no_transfer ? std::int64_t{-1} : static_cast<std::int64_t>(i); };
+  nlohmann::json problems = nlohmann::json::array();
+  for (const auto& p : r.problems)
+    problems.push_back({{"kind", to_string(p.kind)},
+                        {"src", p.src},
+                        {"dst", p.dst},
+                        {"offset", p.where.offset},
+                        {"shape", p.where.extent},
+                        {"transfer", index(p.transfer)},
+                        {"other", index(p.other)},
+                        {"what", p.what}});
+  return {{"ok", r.ok()},
+          {"complete", r.complete},
+          {"sound", r.sound},
+          {"problem_count", r.problem_count},
+          {"problems", std::move(problems)},
+          {"cost", figures(r.cost)},
+          {"minimal", figures(r.minimal)},
+          {"lower_bound_bytes", r.lower_bound_bytes}};
 }
 
 }  // namespace reshard
