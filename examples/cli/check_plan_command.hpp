@@ -28,10 +28,7 @@ inline command add_check_plan_command(CLI::App& app) {
   sub->add_option("--src,-s", o->src,
                   std::string("the source layout ") + layout_help + "; may be left out when the plan file holds \"src\"");
   sub->add_option("--dst,-d", o->dst, "the target layout, in the same form; may be left out when the plan holds \"dst\"");
-  sub->add_option("--dtype", o->dtype, "element type, for byte counts (default float32): " + dtype_names())
-      ->check([](const std::string& name) {
-        return dtype_size(name) ? std::string() : "unknown dtype \"" + name + "\" (valid: " + dtype_names() + ")";
-      });
+  add_element_dtype_option(sub, o->dtype);
   sub->add_option("--max-problems", o->max_problems, "problems listed at most (all are counted; default 20)");
   sub->add_flag("--json", o->json, "print the verdict as JSON {\"ok\", \"complete\", \"sound\", \"problems\", ...}");
   sub->footer(

@@ -55,6 +55,15 @@ inline layout read_layout(const std::string& value, const std::string& option) {
   return layout_from_json_text(read_argument(value, option), what);
 }
 
+/// `--dtype NAME` of the layout-level subcommands (plan, check-plan): the element type of the
+/// byte counts, any name dtype_size knows.
+inline CLI::Option* add_element_dtype_option(CLI::App* sub, std::string& dtype) {
+  return sub->add_option("--dtype", dtype, "element type, for byte counts (default float32): " + dtype_names())
+      ->check([](const std::string& name) {
+        return dtype_size(name) ? std::string() : "unknown dtype \"" + name + "\" (valid: " + dtype_names() + ")";
+      });
+}
+
 /// JSON for people and programs alike: the top-level object one key a line, the elements of
 /// its arrays of objects or arrays one a line, everything else compact.
 inline void print_json(std::ostream& out, const nlohmann::json& j) {

@@ -19,12 +19,7 @@ inline command add_plan_command(CLI::App& app) {
       "plan", "Plan the minimal transfers that redistribute a tensor from one layout to another");
   sub->add_option("--src,-s", o->src, std::string("the source layout ") + layout_help)->required();
   sub->add_option("--dst,-d", o->dst, "the target layout, in the same form as --src")->required();
-  sub->add_option("--dtype", o->dtype,
-                  "element type, for byte counts (default float32): " + dtype_names())
-      ->check([](const std::string& name) {
-        return dtype_size(name) ? std::string()
-                                : "unknown dtype \"" + name + "\" (valid: " + dtype_names() + ")";
-      });
+  add_element_dtype_option(sub, o->dtype);
   sub->add_flag("--json", o->json,
                 "print JSON {\"transfers\":[...],\"cross_bytes\":n,\"local_bytes\":n,...}");
   sub->add_flag("--summary", o->summary, "print the cost only, not every transfer");
