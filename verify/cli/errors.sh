@@ -15,7 +15,7 @@ expect_error "layout without --layout" 2 "--layout is required" layout
 expect_error "--layout without a value" 2 "--layout" layout --layout
 expect_error "plan without --dst" 2 "--dst is required" plan --src "$L"
 expect_error "plan with an extra argument" 2 "--extra" plan --src "$L" --dst "$D" --extra
-expect_error "unknown dtype" 2 'unknown dtype "float33" (valid: bool, int8' plan --src "$L" --dst "$D" --dtype float33
+expect_error "unknown dtype" 2 'unknown dtype "float33" (valid: int8, uint8' plan --src "$L" --dst "$D" --dtype float33
 
 # bad input: 1
 expect_error "not JSON" 1 "--layout: not valid JSON: parse error at line 1, column" layout --layout '{"dev_matrix":[2,4]'
