@@ -64,6 +64,14 @@ inline layout read_layout(const std::string& value, const std::string& option) {
   return l;
 }
 
+/// The check of a --rank option: a whole number, 0 or more (CLI11's NonNegativeNumber printed
+/// its range as a 300-digit double).
+inline std::string check_rank(const std::string& v) {
+  return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos
+             ? std::string()
+             : "not a rank: " + v + " (a whole number, 0 or more)";
+}
+
 /// JSON for people and programs alike: the top-level object one key a line, the elements of
 /// its arrays of objects or arrays one a line, everything else compact.
 inline void print_json(std::ostream& out, const nlohmann::json& j) {

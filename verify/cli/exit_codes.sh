@@ -30,7 +30,7 @@ expect_error "transform-rank: missing --rank" 2 "--rank is required" transform-r
 expect_error "transform-rank: bad value" 2 "--rank" transform-rank --rank x --checkpoint "0=$tmp/a.ckpt" --out "$tmp/o.ckpt"
 expect_error "rank-list: unknown flag" 2 "--bogus" rank-list --rank 0 --bogus
 expect_error "rank-list: missing --rank" 2 "--rank is required" rank-list
-expect_error "rank-list: bad value" 2 "--rank" rank-list --rank -1
+expect_error "rank-list: bad value" 2 "--rank: not a rank: -1 (a whole number, 0 or more)" rank-list --rank -1
 expect_error "merge-strategies: unknown flag" 2 "--bogus" merge-strategies --src-dir "$tmp" --dst-file "$tmp/m.json" --bogus
 expect_error "merge-strategies: missing --dst-file" 2 "--dst-file is required" merge-strategies --src-dir "$tmp"
 expect_error "merge-strategies: bad value" 2 "--force" merge-strategies --src-dir "$tmp" --dst-file "$tmp/m.json" --force=maybe
