@@ -93,21 +93,18 @@ struct strict_json_checker {
   std::string_view text;
   const char* const* read;                    // how far the parser has read
   std::vector<std::set<std::string>> keys{};  // keys seen in each open object
-  std::vector<std::string> path{};            // the key of each open array and object, "" if none
+  std::vector<std::string> path{};            // the key of each open array and object ("" if none)
   std::string last_key{};                     // the key whose value comes next, "" in an array
-  int depth = 0;                              // open arrays and objects
 
   bool open() {
-    if (depth >= json_max_depth)
+    if (path.size() >= static_cast<std::size_t>(json_max_depth))
       report_error(prefix + "JSON nests arrays and objects deeper than " + std::to_string(json_max_depth) +
                    " levels");
-    ++depth;
     path.push_back(std::move(last_key));
     last_key.clear();
     return true;
   }
   void close() {
-    --depth;
     path.pop_back();
     last_key.clear();
   }
