@@ -248,6 +248,39 @@ def layout_seeds(c):
 
 
 # ------------------------------------------------------------------------------------------------
+# the strict JSON reader and the JSON files read through it: rename maps, Hugging Face indexes
+
+def json_seeds(c):
+    for name, text in (("object", b'{"a": [1, 2.5, -3, true, null], "b": {"c": "\\u00e9"}}'),
+                       ("array", b' [{"a": 1}, {"a": 2}] \n'),
+                       ("known_keys", b'{"dev_matrix": [2, 4], "tensor_map": [1, -1], "field": 0}'),
+                       ("unknown_key", b'{"dev_matrix": [2], "tensor_mpa": [0]}'),
+                       ("trailing", b'{"w0": "q"} garbage'),
+                       ("duplicate_key", b'{"a": {"k": 1,\n "k": 2}}'),
+                       ("nested", b"[" * 70 + b"]" * 70),
+                       ("huge_number", b"[1e999]")):
+        c.add("json_reader", name, text)
+    c.add("json_reader", "spec_strategy", json.dumps(SPEC_STRATEGY_JSON).encode())
+    for name, text in (("plain", b'{"layer1.weight": "backbone.layer1.weight", "moments.w": "adam_m.w"}'),
+                       ("empty", b"{}"),
+                       ("trailing", b'{"w0": "q"} garbage'),
+                       ("duplicate_key", b'{"w0": "q", "w0": "r"}'),
+                       ("not_string", b'{"w0": 1}'),
+                       ("list", b"[1, 2]")):
+        c.add("rename_map", name, text)
+    index = {"metadata": {"total_size": 1024},
+             "weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors",
+                            "model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}
+    c.add("hf_index", "two_shards", (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+    for name, text in (("trailing", b'{"weight_map": {"w": "a.safetensors"}} x'),
+                       ("duplicate_tensor", b'{"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}}'),
+                       ("path", b'{"weight_map": {"w": "../a.safetensors"}}'),
+                       ("no_weight_map", b'{"metadata": {}}'),
+                       ("empty_weight_map", b'{"weight_map": {}}')):
+        c.add("hf_index", name, text)
+
+
+# ------------------------------------------------------------------------------------------------
 # decoding targets: seeded random bytes (every input decodes to something)
 
 def random_seeds(c):
@@ -269,6 +302,7 @@ def main(argv):
         strategy_seeds(c, tmp)
         safetensors_seeds(c, tmp)
         layout_seeds(c)
+        json_seeds(c)
         random_seeds(c)
     finally:
         shutil.rmtree(tmp, True)

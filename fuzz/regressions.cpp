@@ -116,7 +116,7 @@ TEST(fuzz_regressions, layout_json_number_out_of_range) {
   for (const char* text : {"888e88888888888888888", R"({"dev_matrix": [1e999], "tensor_map": [], "shape": []})"}) {
     std::string msg;
     EXPECT_NO_THROW(msg = error_of([&] { reshard::layout_from_json_text(text, "--src"); })) << text;
-    EXPECT_NE(msg.find("--src: not valid JSON: number overflow parsing"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--src: invalid JSON: number overflow parsing"), std::string::npos) << msg;
   }
 }
 

@@ -25,7 +25,7 @@ fi
 seconds=$1
 shift
 all=(plan_convert layout_json ckpt ckpt_roundtrip safetensors safetensors_roundtrip
-     strategy_json strategy_protobuf strategy_roundtrip)
+     strategy_json strategy_protobuf strategy_roundtrip json_reader rename_map hf_index)
 targets=("$@")
 (( ${#targets[@]} )) || targets=("${all[@]}")
 

@@ -49,10 +49,27 @@ inline std::string read_argument(const std::string& value, const std::string& op
   return text;
 }
 
+/// The most ranks a layout option may have. layout and plan keep a record per rank (plan about
+/// 250 bytes, layout's report about 800): 2^20 ranks take up to 1 GB, and a layout of 2^31 ranks
+/// would exhaust the memory of any machine.
+inline constexpr index_t max_layout_ranks = index_t{1} << 20;
+
 /// A layout option's value (inline JSON or @file.json) parsed; errors name the option (and file).
 inline layout read_layout(const std::string& value, const std::string& option) {
   const std::string what = value.rfind('@', 0) == 0 ? option + " " + value : option;
-  return layout_from_json_text(read_argument(value, option), what);
+  layout l = layout_from_json_text(read_argument(value, option), what);
+  if (num_ranks(l) > max_layout_ranks)
+    report_error(what + ": " + std::to_string(num_ranks(l)) + " ranks, more than the " +
+                 std::to_string(max_layout_ranks) + " (2^20) this program lists one by one");
+  return l;
+}
+
+/// The check of a --rank option: a whole number, 0 or more (CLI11's NonNegativeNumber printed
+/// its range as a 300-digit double).
+inline std::string check_rank(const std::string& v) {
+  return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos
+             ? std::string()
+             : "not a rank: " + v + " (a whole number, 0 or more)";
 }
 
 /// `--dtype NAME` of the layout-level subcommands (plan, check-plan): the element type of the

@@ -20,7 +20,7 @@ inline command add_rank_list_command(CLI::App& app) {
   auto o = std::make_shared<options>();
   CLI::App* sub = app.add_subcommand(
       "rank-list", "Print the source ranks whose checkpoints a target rank needs, as a JSON array");
-  sub->add_option("--rank", o->rank, "the target rank")->required()->check(CLI::NonNegativeNumber);
+  sub->add_option("--rank", o->rank, "the target rank")->required()->check(check_rank);
   sub->add_option("--src-strategy", o->src_strategy, "the source strategy file; none = unsplit on one rank");
   sub->add_option("--dst-strategy", o->dst_strategy, "the target strategy file; none = unsplit on one rank");
   sub->footer(

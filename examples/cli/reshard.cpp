@@ -1,8 +1,10 @@
 // examples/cli/reshard.cpp: the command-line program `reshard`. Thin: parse arguments, call the
 // library, print. Each subcommand lives in examples/cli/<name>_command.hpp.
 //
-// Exit codes: 0 success; 1 bad input (a layout, a file, an impossible request); 2 usage (unknown
-// option, missing option, bad option value); 3 internal error (a bug: please report it).
+// Exit codes (docs/cli.md#exit-codes): 0 success; 1 a failed run (bad input: a layout, a file, an
+// impossible request; an I/O error; out of memory); 2 bad usage (unknown option, missing option,
+// bad option value, options that do not go together, whether found while parsing or when the
+// subcommand checks its options); 3 internal error only (a bug: please report it).
 //
 // Started by an MPI launcher as K processes (`mpirun -n K reshard transform ...`), `reshard
 // transform` splits its target ranks among them (reshard/mpi/transform.hpp) and process 0 alone
@@ -11,6 +13,7 @@
 #include <csignal>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -97,6 +100,12 @@ int run(int argc, char** argv) {
       if (c.app->parsed()) c.run();
   } catch (const reshard::error& e) {
     if (speaks) std::cerr << prog() << ": " << e.what() << '\n';
+    return 1;
+  } catch (const CLI::Error& e) {  // a subcommand's own check of its options (CLI::ValidationError)
+    if (speaks) std::cerr << prog() << ": " << e.what() << " (see '" << prog() << " --help')\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    if (speaks) std::cerr << prog() << ": out of memory\n";
     return 1;
   } catch (const std::exception& e) {
     if (speaks) std::cerr << prog() << ": internal error (please report it): " << e.what() << '\n';

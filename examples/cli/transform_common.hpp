@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <reshard/io/manifest.hpp>
+#include <reshard/io/rename_map.hpp>
 #include <reshard/io/transform.hpp>
 
 #include "common.hpp"
@@ -92,14 +94,12 @@ inline void add_dtype_option(CLI::App* sub, std::vector<std::string>& dtypes) {
       });
 }
 
-/// The check of a SIZE option (parse_size: 64MiB, 5GB, ...); `positive`: 0 is refused too.
-inline std::function<std::string(const std::string&)> size_validator(bool positive) {
-  return [positive](const std::string& v) {
-    const auto n = parse_size(v);
-    return n && (!positive || *n > 0)
-               ? std::string()
-               : "not a size: " + v + " (a whole number and a unit: B, KiB, MiB, GiB, KB, MB, GB, ...)";
-  };
+/// The check of a SIZE option (parse_size: 64MiB, 5GB, ...; 0 is refused: no size option has a
+/// use for it, and --max-memory 0 read as "no bound" hid a mistake).
+inline std::string check_size(const std::string& v) {
+  const auto n = parse_size(v);
+  return n && *n > 0 ? std::string()
+                     : "not a size: " + v + " (a whole number above 0 and a unit: B, KiB, MiB, GiB, KB, MB, GB, ...)";
 }
 
 /// --format and --max-shard-size of the commands that write one checkpoint (merge, convert): the
@@ -113,7 +113,7 @@ inline void add_file_format_flags(CLI::App* sub, transform_flags& f) {
   sub->add_option("--max-shard-size", f.max_shard_size,
                   "with --format hf: the most tensor bytes per shard, as Hugging Face writes it (5GB = 5*10^9, the "
                   "default; 500MB, 2GiB, ...); a larger tensor gets a shard of its own")
-      ->check(size_validator(true));
+      ->check(check_size);
 }
 
 /// Checks --format against the file --out names (merge, convert): ckpt and safetensors must agree
@@ -146,7 +146,7 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
   sub->add_option("--max-memory", f.max_memory,
                   "bound on the resident memory while writing, e.g. 64MiB, 2G, 500MB (default: none); the jobs "
                   "and buffers are fitted to it, and it is an error when even one job does not fit")
-      ->check(size_validator(false));
+      ->check(check_size);
   sub->add_flag("--no-sync", f.no_sync,
                 "do not fsync the outputs (scratch outputs only: after a power cut or an OS crash an output "
                 "may be empty or torn under its final name)");
@@ -240,21 +240,10 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
     o.names.rename.emplace_back(r.substr(0, eq), r.substr(eq + 1));
   }
   if (!f.rename_map.empty()) {
-    std::ifstream in(f.rename_map);
-    nlohmann::json j;
-    try {
-      in >> j;
-    } catch (const nlohmann::json::exception& e) {
-      std::string why = e.what();  // "[json.exception.parse_error.101] parse error at ...": the part after "] "
-      if (const auto k = why.find("] "); k != std::string::npos) why.erase(0, k + 2);
-      report_error("--rename-map " + f.rename_map + ": not JSON: " + why);
-    }
-    if (!j.is_object()) report_error("--rename-map " + f.rename_map + ": not a JSON object {\"old\": \"new\", ...}");
-    for (const auto& [from, to] : j.items()) {
-      if (!to.is_string())
-        report_error("--rename-map " + f.rename_map + ": the new name of " + io::detail::quote_name(from) + " is not a string");
-      o.names.rename_exact[from] = to.get<std::string>();
-    }
+    std::ifstream in(f.rename_map, std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (!in.good() && !in.eof()) report_error("--rename-map " + f.rename_map + ": cannot read the file");
+    o.names.rename_exact = io::decode_rename_map(text, "--rename-map " + f.rename_map);
   }
   for (const auto& d : f.dtypes) {
     const auto eq = d.rfind('=');

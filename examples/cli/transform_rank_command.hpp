@@ -33,7 +33,7 @@ inline command add_transform_rank_command(CLI::App& app) {
   auto o = std::make_shared<options>();
   CLI::App* sub = app.add_subcommand(
       "transform-rank", "Write one target rank's checkpoint from the source files it needs (see rank-list)");
-  sub->add_option("--rank", o->rank, "the target rank")->required()->check(CLI::NonNegativeNumber);
+  sub->add_option("--rank", o->rank, "the target rank")->required()->check(check_rank);
   sub->add_option("--checkpoint", o->checkpoints, "a source file as SRC_RANK=FILE (repeat, or list several)")
       ->required()
       ->check([](const std::string& v) {

@@ -18,10 +18,10 @@ expect_error "plan with an extra argument" 2 "--extra" plan --src "$L" --dst "$D
 expect_error "unknown dtype" 2 'unknown dtype "float33" (valid: int8, uint8' plan --src "$L" --dst "$D" --dtype float33
 
 # bad input: 1
-expect_error "not JSON" 1 "--layout: not valid JSON: parse error at line 1, column" layout --layout '{"dev_matrix":[2,4]'
+expect_error "not JSON" 1 "--layout: invalid JSON: parse error at line 1, column" layout --layout '{"dev_matrix":[2,4]'
 expect_error "not an object" 1 "--layout: a layout must be a JSON object" layout --layout '[2,4]'
 expect_error "missing key" 1 '--layout: missing key "tensor_map"' layout --layout '{"dev_matrix":[2,4],"shape":[8,4]}'
-expect_error "unknown key" 1 '--layout: unknown key "tensor_shpae"' layout --layout '{"dev_matrix":[2,4],"tensor_map":[1,-1],"tensor_shpae":[8,4]}'
+expect_error "unknown key" 1 "--layout: unknown key 'tensor_shpae' (did you mean 'tensor_shape'?)" layout --layout '{"dev_matrix":[2,4],"tensor_map":[1,-1],"tensor_shpae":[8,4]}'
 expect_error "string in dev_matrix" 1 '--layout: dev_matrix[1] must be an integer, got the string "4"' layout --layout '{"dev_matrix":[2,"4"],"tensor_map":[1,-1],"shape":[8,4]}'
 expect_error "non-integer shape" 1 "--layout: shape[0] must be an integer, got the number 8.5" layout --layout '{"dev_matrix":[2,4],"tensor_map":[1,-1],"shape":[8.5,4]}'
 expect_error "negative shape" 1 "--layout: shape[0] = -8 is invalid" layout --layout '{"dev_matrix":[2,4],"tensor_map":[1,-1],"shape":[-8,4]}'
@@ -39,7 +39,7 @@ expect_error "--dst is named" 1 '--dst: missing key "shape"' plan --src "$L" --d
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf '{"dev_matrix":[4],"tensor_map":[0,-1],"shape":[8,4],}' >"$tmp/bad.json"
-expect_error "the file is named" 1 "--dst @$tmp/bad.json: not valid JSON" plan --src "$L" --dst "@$tmp/bad.json"
+expect_error "the file is named" 1 "--dst @$tmp/bad.json: invalid JSON" plan --src "$L" --dst "@$tmp/bad.json"
 expect_error "different shapes" 1 "--src and --dst describe different tensors: shape [8,4] vs [8,8]" plan --src "$L" --dst '{"dev_matrix":[4],"tensor_map":[0,-1],"shape":[8,8]}'
 
 # help and version

@@ -97,7 +97,7 @@ printf '[1, 2]' >"$d/list.json"
 bad "rename map not an object" "--rename-map $d/list.json: not a JSON object" \
   merge --src-dir "$d/src" --out "$d/bad.ckpt" --src-strategy "$S" --rename-map "$d/list.json"
 printf '{"a": ' >"$d/broken.json"
-bad "rename map not JSON" "--rename-map $d/broken.json: not JSON" \
+bad "rename map not JSON" "--rename-map $d/broken.json: invalid JSON" \
   merge --src-dir "$d/src" --out "$d/bad.ckpt" --src-strategy "$S" --rename-map "$d/broken.json"
 bad "renamed parameter missing from the target strategy" "parameter 'layer1.bias' is renamed 'block1.bias', which the target strategy" \
   transform --src-dir "$d/src" --dst-dir "$d/bad_out" "${strategies[@]}" --rename 'layer1=block1'

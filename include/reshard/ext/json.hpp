@@ -34,9 +34,10 @@
 #include "reshard/box.hpp"
 #include "reshard/check_plan.hpp"
 #include "reshard/error.hpp"
+#include "reshard/io/dtype.hpp"
+#include "reshard/io/json_reader.hpp"
 #include "reshard/layout.hpp"
 #include "reshard/plan.hpp"
-#include "reshard/io/dtype.hpp"
 
 namespace reshard {
 
@@ -120,7 +121,7 @@ inline const nlohmann::json& json_require(const nlohmann::json& obj, std::string
   return *v;
 }
 
-inline constexpr std::array<const char*, 14> layout_json_keys{
+inline constexpr std::array<std::string_view, 14> layout_json_keys{
     "dev_matrix",    "tensor_map",     "shape",      "opt_shard",
     "stage",         "first_rank",     "split",      "split_sizes",
     "tensor_shape",  "opt_weight_shard_step", "opt_weight_shard_size", "param_split_shape",
@@ -159,13 +160,7 @@ inline layout layout_from_json(const nlohmann::json& j, std::string_view what) {
   if (!j.is_object())
     json_error(what, "a layout must be a JSON object such as {\"dev_matrix\":[2,4],"
                      "\"tensor_map\":[1,-1],\"shape\":[8,4]}, got " + detail::json_kind(j));
-  for (const auto& item : j.items()) {
-    const auto& keys = detail::layout_json_keys;
-    if (std::find(keys.begin(), keys.end(), item.key()) == keys.end())
-      json_error(what, "unknown key \"" + item.key() +
-                           "\" (valid: dev_matrix, tensor_map, shape, opt_shard, stage, "
-                           "first_rank, split, split_sizes)");
-  }
+  io::check_known_keys(j, detail::layout_json_keys, std::string(what) + ": ");
 
   // dev_matrix: sizes >= 1, at most 2^31 devices in all
   index_list dev = detail::json_int_list(detail::json_require(j, what, {"dev_matrix"}), what,
@@ -242,9 +237,7 @@ inline layout layout_from_json(const nlohmann::json& j, std::string_view what) {
     if (!jo->is_object())
       json_error(what, "opt_shard must be an object {\"step\": s, \"size\": n}, got " +
                            detail::json_kind(*jo));
-    for (const auto& item : jo->items())
-      if (item.key() != "step" && item.key() != "size")
-        json_error(what, "unknown key \"opt_shard." + item.key() + "\" (valid: step, size)");
+    io::check_known_keys(*jo, {"step", "size"}, std::string(what) + ": ", " in opt_shard");
     const auto s = jo->find("step"), n = jo->find("size");
     jstep = s == jo->end() ? nullptr : &*s;
     jsize = n == jo->end() ? nullptr : &*n;
@@ -345,27 +338,10 @@ inline layout layout_from_json(const nlohmann::json& j, std::string_view what) {
   return l;
 }
 
-/// Parses JSON text (a layout, a plan); syntax errors name the line and column, and nesting
-/// deeper than 64 levels is refused while parsing (printing or copying a value recurses once per
-/// level, and nlohmann before 3.10 also destroyed values recursively).
+/// Parses JSON text (a layout, a plan), read strictly (io/json_reader.hpp: nothing after the
+/// value, no key twice); syntax errors name the line and column.
 inline nlohmann::json json_of_text(std::string_view text, std::string_view what) {
-  constexpr int max_depth = 64;
-  const nlohmann::json::parser_callback_t limit = [&](int depth, nlohmann::json::parse_event_t event,
-                                                      nlohmann::json&) {
-    if ((event == nlohmann::json::parse_event_t::object_start ||
-         event == nlohmann::json::parse_event_t::array_start) && depth >= max_depth)
-      detail::json_error(what, "JSON nests arrays and objects deeper than " + std::to_string(max_depth) + " levels");
-    return true;
-  };
-  try {
-    return nlohmann::json::parse(text.begin(), text.end(), limit);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
-    // e.what() = "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
-    std::string m = e.what();
-    const auto at = m.find("] ");
-    if (m.rfind("[json.exception.", 0) == 0 && at != std::string::npos) m.erase(0, at + 2);
-    detail::json_error(what, "not valid JSON: " + m);
-  }
+  return io::parse_json_strict<nlohmann::json>(text, std::string(what) + ": ");
 }
 
 /// Parses a layout from JSON text (json_of_text, then layout_from_json).

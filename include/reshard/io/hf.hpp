@@ -16,9 +16,9 @@
 #pragma once
 
 #include <reshard/error.hpp>
-#include <reshard/io/detail/json.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
+#include <reshard/io/json_reader.hpp>
 #include <reshard/io/mapped_file.hpp>
 #include <reshard/io/safetensors.hpp>
 
@@ -103,6 +103,29 @@ inline std::string hf_index_json(std::uint64_t total_size, const std::map<std::s
   return j.dump(2) + "\n";
 }
 
+/// The weight_map of the text of a model.safetensors.index.json (tensor -> shard file), read
+/// strictly (json_reader.hpp); `source` names the file in messages. Other keys ("metadata", and
+/// whatever else a writer adds) are not read. Every file must be a plain name in the directory.
+inline std::map<std::string, std::string> decode_hf_index(std::string_view text, std::string_view source) {
+  const std::string who = "hf: " + std::string(source) + ": ";
+  const auto j = parse_json_strict<nlohmann::json>(text, who);
+  if (!j.is_object()) report_error(who + "not a JSON object");
+  const auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object()) report_error(who + "no object \"weight_map\" {tensor: file}");
+  std::map<std::string, std::string> weight_map;
+  for (const auto& [name, file] : wm->items()) {
+    if (!file.is_string())
+      report_error(who + "weight_map: the file of tensor " + detail::quote_name(name) + " is not a string");
+    const auto& f = file.get_ref<const std::string&>();
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      report_error(who + "weight_map: tensor " + detail::quote_name(name) + ": " + detail::quote_name(f) +
+                   " is not a file name in the directory");
+    weight_map.emplace(name, f);
+  }
+  if (weight_map.empty()) report_error(who + "weight_map lists no tensor");
+  return weight_map;
+}
+
 /// A Hugging Face checkpoint directory, its shards memory-mapped side by side in one address
 /// range (each shard at a page boundary, a page of no access between them) and indexed. Not
 /// movable: the entries point into the range.
@@ -124,22 +147,7 @@ class hf_checkpoint {
       const fs::path index = dir_ / hf_index_name;
       const mapped_file f(index, "hf");
       const auto b = f.bytes();
-      const std::string_view text(reinterpret_cast<const char*>(b.data()), b.size());
-      const std::string iwho = "hf: " + index.string() + ": ";
-      const auto j = detail::parse_json_strict<nlohmann::json>(text, iwho);
-      if (!j.is_object()) report_error(iwho + "not a JSON object");
-      const auto wm = j.find("weight_map");
-      if (wm == j.end() || !wm->is_object()) report_error(iwho + "no object \"weight_map\" {tensor: file}");
-      for (const auto& [name, file] : wm->items()) {
-        if (!file.is_string())
-          report_error(iwho + "weight_map: the file of tensor " + detail::quote_name(name) + " is not a string");
-        const auto& f = file.get_ref<const std::string&>();
-        if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-          report_error(iwho + "weight_map: tensor " + detail::quote_name(name) + ": " + detail::quote_name(f) +
-                       " is not a file name in the directory");
-        weight_map.emplace(name, f);
-      }
-      if (weight_map.empty()) report_error(iwho + "weight_map lists no tensor");
+      weight_map = decode_hf_index(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), index.string());
       for (const auto& [name, file] : weight_map) shard_names_.insert(file);
     } else if (fs::is_regular_file(dir_ / hf_single_name, ec)) {
       shard_names_.insert(std::string(hf_single_name));

@@ -25,9 +25,9 @@
 #pragma once
 
 #include <reshard/error.hpp>
-#include <reshard/io/detail/json.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
+#include <reshard/io/json_reader.hpp>
 #include <reshard/io/mapped_file.hpp>
 
 #include <nlohmann/json.hpp>

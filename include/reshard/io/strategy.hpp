@@ -20,9 +20,9 @@
 #pragma once
 
 #include <reshard/error.hpp>
-#include <reshard/io/detail/json.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/detail/wire.hpp>
+#include <reshard/io/json_reader.hpp>
 #include <reshard/io/mapped_file.hpp>
 
 #include <nlohmann/json.hpp>
@@ -458,6 +458,8 @@ constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 
 inline param_layout json_layout(const ojson& j, const std::string& who) {
   if (!j.is_object()) report_error(who + "layout " + json_excerpt(j) + " is not an object");
+  check_known_keys(j, {"dev_matrix", "tensor_map", "tensor_shape", "field", "opt_weight_shard_step",
+                       "opt_weight_shard_size", "param_split_shape", "indices_offset"}, who);
   param_layout l;
   auto dev = j.find("dev_matrix");
   if (dev == j.end()) report_error(who + "missing dev_matrix");
@@ -503,13 +505,19 @@ inline ojson to_json_ints(std::span<const std::int64_t> v) {
 }
 }  // namespace detail
 
-/// Decodes a JSON strategy file; `source` names it in messages. Keys other than
-/// current_stage, parallel_strategy_item and parallel_layout_item are ignored.
+/// Decodes a JSON strategy file; `source` names it in messages. The file is read strictly
+/// (parse_json_strict), and a key the format does not know is refused, naming the nearest known
+/// one. MindSpore's parallel_out_strategy_item and parallel_*layout_value_item keys (the layouts
+/// of operators, not of parameters) are accepted and ignored.
 inline strategy_file decode_strategy_json(std::string_view text, std::string_view source) {
   using namespace detail;
   const std::string prefix = "strategy: " + std::string(source) + ": ";
   const auto root = parse_json_strict<ojson>(text, prefix);
   if (!root.is_object()) report_error(prefix + "top level is not a JSON object");
+  check_known_keys(root, {"current_stage", "parallel_strategy_item", "parallel_layout_item", "parallel_out_strategy_item",
+                          "parallel_layout_value_item", "parallel_out_layout_value_item",
+                          "parallel_newshape_layout_value_item", "parallel_out_newshape_layout_value_item"},
+                   prefix);
   strategy_file s;
   auto cs = root.find("current_stage");
   if (cs == root.end()) report_error(prefix + "missing current_stage");
@@ -521,6 +529,7 @@ inline strategy_file decode_strategy_json(std::string_view text, std::string_vie
     for (const auto& [name, j] : items->items()) {
       const std::string who = who_node(prefix, name);
       if (!j.is_object()) report_error(who + json_excerpt(j) + " is not an object");
+      check_known_keys(j, {"stage", "parallel_strategy"}, who);
       node_strategy n;
       auto st = j.find("stage");
       if (st == j.end()) report_error(who + "missing stage");
