@@ -21,6 +21,7 @@
 
 #include "reshard.hpp"
 #include "reshard/ext/json.hpp"
+#include "reshard/io/input_file.hpp"
 
 namespace reshard::cli {
 
@@ -36,16 +37,14 @@ struct command {
 inline std::string read_argument(const std::string& value, const std::string& option) {
   if (value.empty() || value[0] != '@') return value;
   const std::string path = value.substr(1);
-  std::FILE* f = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
-  if (!f) report_error(option + ": cannot read file '" + path + "': " + std::strerror(errno));
+  if (path != "-")
+    return io::read_input_file(path, option);  // a FIFO, a directory, ...: an error naming it
   std::string text;
   char buf[65536];
   std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno;
-  if (f != stdin) std::fclose(f);
-  if (failed) report_error(option + ": cannot read file '" + path + "': " + std::strerror(err));
+  while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) text.append(buf, n);
+  if (std::ferror(stdin) != 0)
+    report_error(option + ": cannot read standard input: " + std::strerror(errno));
   return text;
 }
 

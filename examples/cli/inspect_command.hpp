@@ -33,7 +33,7 @@ inline void print_table(std::ostream& out, const std::vector<std::vector<std::st
   }
 }
 
-inline void inspect_checkpoint(const std::string& path, bool json) {
+inline void inspect_checkpoint(std::ostream& out, const std::string& path, bool json) {
   const io::checkpoint_reader f(path);
   const bool st = f.format() != io::checkpoint_format::ckpt;
   std::uint64_t tensor_bytes = 0;
@@ -64,13 +64,14 @@ inline void inspect_checkpoint(const std::string& path, bool json) {
       if (e.ckpt) p["pieces"] = e.ckpt->values.size();
       j["parameters"].push_back(std::move(p));
     }
-    print_json(std::cout, j);
+    print_json(out, j);
     return;
   }
-  std::cout << "checkpoint " << path << " (" << io::to_string(f.format()) << "): " << f.entries().size()
-            << " parameter" << (f.entries().size() == 1 ? "" : "s") << ", " << format_bytes(static_cast<double>(file_bytes));
-  if (!st) std::cout << ", crc_num trailer: " << (f.has_crc() ? "yes" : "no");
-  std::cout << "\n\n";
+  out << "checkpoint " << path << " (" << io::to_string(f.format()) << "): " << f.entries().size()
+      << " parameter" << (f.entries().size() == 1 ? "" : "s") << ", "
+      << format_bytes(static_cast<double>(file_bytes));
+  if (!st) out << ", crc_num trailer: " << (f.has_crc() ? "yes" : "no");
+  out << "\n\n";
   std::vector<std::vector<std::string>> rows{{"name", "dtype", "dims", "bytes"}};
   if (multi) rows[0].push_back("pieces");
   for (const auto& e : f.entries()) {
@@ -80,11 +81,11 @@ inline void inspect_checkpoint(const std::string& path, bool json) {
     if (multi) r.push_back(std::to_string(e.ckpt ? e.ckpt->values.size() : 1));
     rows.push_back(std::move(r));
   }
-  print_table(std::cout, rows);
-  std::cout << "\ntensor bytes: " << format_bytes(static_cast<double>(tensor_bytes)) << '\n';
+  print_table(out, rows);
+  out << "\ntensor bytes: " << format_bytes(static_cast<double>(tensor_bytes)) << '\n';
 }
 
-inline void inspect_strategy(const std::string& path, bool json) {
+inline void inspect_strategy(std::ostream& out, const std::string& path, bool json) {
   const io::strategy_file s = io::read_strategy(path);
   const io::strategy_layouts sl(s, path);
   const auto layout_text = [&](const std::string& name, const io::staged_layout& e) -> std::string {
@@ -121,15 +122,16 @@ inline void inspect_strategy(const std::string& path, bool json) {
         if (auto t = layout_text(name, e); !t.empty()) p["layout"] = t;
         j["parameters"].push_back(std::move(p));
       }
-    print_json(std::cout, j);
+    print_json(out, j);
     return;
   }
-  std::cout << "strategy " << path << " (" << (io::is_json_strategy(path) ? "JSON" : "protobuf") << "): "
-            << s.layouts.size() << " parameter layout" << (s.layouts.size() == 1 ? "" : "s") << ", "
-            << s.nodes.size() << " node strateg" << (s.nodes.size() == 1 ? "y" : "ies") << ", "
-            << sl.stages() << " stage" << (sl.stages() == 1 ? "" : "s") << " of " << sl.stage_ranks()
-            << " device" << (sl.stage_ranks() == 1 ? "" : "s") << " (" << sl.ranks() << " rank"
-            << (sl.ranks() == 1 ? "" : "s") << ")" << (sl.pipeline() ? ", merged pipeline" : "") << "\n\n";
+  out << "strategy " << path << " (" << (io::is_json_strategy(path) ? "JSON" : "protobuf")
+      << "): " << s.layouts.size() << " parameter layout" << (s.layouts.size() == 1 ? "" : "s")
+      << ", " << s.nodes.size() << " node strateg" << (s.nodes.size() == 1 ? "y" : "ies") << ", "
+      << sl.stages() << " stage" << (sl.stages() == 1 ? "" : "s") << " of " << sl.stage_ranks()
+      << " device" << (sl.stage_ranks() == 1 ? "" : "s") << " (" << sl.ranks() << " rank"
+      << (sl.ranks() == 1 ? "" : "s") << ")" << (sl.pipeline() ? ", merged pipeline" : "")
+      << "\n\n";
   // protobuf strategies carry no shape: the layout as stored; JSON ones: reshard's notation too
   std::vector<std::vector<std::string>> rows{{"name", "stage", "layout"}};
   for (const auto& name : sl.names())
@@ -141,7 +143,7 @@ inline void inspect_strategy(const std::string& path, bool json) {
       if (auto t = layout_text(name, e); !t.empty()) text = t;
       rows.push_back({name, std::to_string(e.stage), text});
     }
-  print_table(std::cout, rows);
+  print_table(out, rows);
 }
 
 }  // namespace detail
@@ -159,10 +161,13 @@ inline command add_inspect_command(CLI::App& app) {
   sub->add_flag("--json", o->json, "print JSON");
 
   return {sub, [o] {
+            // built whole, then printed: a file that fails half way prints nothing
+            std::ostringstream out;
             if (io::detect_file_kind(o->file) == io::file_kind::strategy)
-              detail::inspect_strategy(o->file, o->json);
+              detail::inspect_strategy(out, o->file, o->json);
             else
-              detail::inspect_checkpoint(o->file, o->json);
+              detail::inspect_checkpoint(out, o->file, o->json);
+            std::cout << out.str();
           }};
 }
 

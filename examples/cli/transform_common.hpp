@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <iterator>
@@ -160,9 +159,10 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
       ->check([](const std::string& v) {
         return v.find('=') == std::string::npos || v.front() == '=' ? "not REGEX=REPLACEMENT: " + v : std::string();
       });
-  sub->add_option("--rename-map", f.rename_map,
-                  "a JSON file {\"old name\": \"new name\", ...}; applied before the --rename rules")
-      ->check(CLI::ExistingFile);
+  sub->add_option(
+         "--rename-map", f.rename_map,
+         "a JSON file {\"old name\": \"new name\", ...}; applied before the --rename rules")
+      ->check(CLI::ExistingPath);  // what it is (a directory, a FIFO, ...) is told when it is read
   add_dtype_option(sub, f.dtypes);
   sub->add_option("--manifest", f.manifest,
                   "also write FILE: per file written its size, SHA-256 and parameters, as JSON (reshard verify "
@@ -240,9 +240,7 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
     o.names.rename.emplace_back(r.substr(0, eq), r.substr(eq + 1));
   }
   if (!f.rename_map.empty()) {
-    std::ifstream in(f.rename_map, std::ios::binary);
-    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    if (!in.good() && !in.eof()) report_error("--rename-map " + f.rename_map + ": cannot read the file");
+    const std::string text = io::read_input_file(f.rename_map, "--rename-map");
     o.names.rename_exact = io::decode_rename_map(text, "--rename-map " + f.rename_map);
   }
   for (const auto& d : f.dtypes) {

@@ -34,8 +34,9 @@ inline command add_verify_command(CLI::App& app) {
   sub->add_option("--read-mode", o->read_mode, "how source tensors are read: auto (pread), pread or mmap")
       ->check(CLI::IsMember({"auto", "mmap", "pread"}));
   sub->add_option("--manifest", o->manifest,
-                  "also check the files a manifest lists (written by --manifest): sizes, SHA-256 and parameters")
-      ->check(CLI::ExistingFile);
+                  "also check the files a manifest lists (written by --manifest): sizes, SHA-256 "
+                  "and parameters")
+      ->check(CLI::ExistingPath);  // what it is (a directory, a FIFO, ...) is told when it is read
   add_dtype_option(sub, o->dtypes);  // the casts the conversion did
   sub->add_flag("--progress", o->progress, "show a progress bar on stderr (the default when stderr is a terminal)");
   sub->add_flag("--json", o->json, "print the report as JSON");
@@ -59,6 +60,8 @@ inline command add_verify_command(CLI::App& app) {
               std::snprintf(b, sizeof b, "%.3f s", v);
               return std::string(b);
             };
+            const std::string differences = std::to_string(r.mismatches.size()) + " difference" +
+                                            (r.mismatches.size() == 1 ? "" : "s");
             if (o->json) {
               nlohmann::json j;
               j["ok"] = r.ok();
@@ -71,18 +74,20 @@ inline command add_verify_command(CLI::App& app) {
                 j["mismatches"].push_back({{"file", m.file.string()}, {"parameter", m.parameter}, {"what", m.what}});
               print_json(std::cout, j);
             } else {
-              std::cout << "verified " << o->dst_dir << " against " << o->src_dir << ": " << r.files << " file"
-                        << (r.files == 1 ? "" : "s") << ", " << r.tensors << " tensors, "
-                        << format_bytes(static_cast<double>(r.bytes)) << " compared in " << seconds(r.seconds) << ": "
-                        << (r.ok() ? "identical" : std::to_string(r.mismatches.size()) + " differences") << '\n';
+              std::cout << "verified " << o->dst_dir << " against " << o->src_dir << ": " << r.files
+                        << " file" << (r.files == 1 ? "" : "s") << ", " << r.tensors << " tensor"
+                        << (r.tensors == 1 ? "" : "s") << ", "
+                        << format_bytes(static_cast<double>(r.bytes)) << " compared in "
+                        << seconds(r.seconds) << ": " << (r.ok() ? "identical" : differences)
+                        << '\n';
               for (const auto& m : r.mismatches)
                 std::cout << "  " << m.file.string()
                           << (m.parameter.empty() ? std::string() : ": parameter " + io::detail::quote_name(m.parameter))
                           << ": " << m.what << '\n';
             }
             if (!r.ok())
-              report_error(std::to_string(r.mismatches.size()) + " difference" + (r.mismatches.size() == 1 ? "" : "s") +
-                           " between " + o->dst_dir + " and what " + o->src_dir + " makes (listed on stdout)");
+              report_error(differences + " between " + o->dst_dir + " and what " + o->src_dir +
+                           " makes (listed on stdout)");
           }};
 }
 

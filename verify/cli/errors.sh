@@ -33,7 +33,7 @@ expect_error "uneven in divisible mode" 1 "dim 0 of size 7 does not divide into 
 expect_error "bad optimizer size" 1 "optimizer sharding size 3 does not divide the replica group size 4" layout --layout '{"dev_matrix":[2,4],"tensor_map":[1,-1],"shape":[8,4],"opt_shard":{"step":1,"size":3}}'
 expect_error "bad split mode" 1 '--layout: split = "even" is not a split mode' layout --layout '{"dev_matrix":[2,4],"tensor_map":[1,-1],"shape":[8,4],"split":"even"}'
 expect_error "too many devices" 1 "more than 2^31 devices" layout --layout '{"dev_matrix":[65536,65536],"tensor_map":[1,-1],"shape":[8,4]}'
-expect_error "missing file" 1 "--layout: cannot read file '/nonexistent/l.json': No such file or directory" layout --layout @/nonexistent/l.json
+expect_error "missing file" 1 "--layout: /nonexistent/l.json: cannot open for reading: No such file or directory" layout --layout @/nonexistent/l.json
 expect_error "--src is named" 1 "--src: dev_matrix[0] = 0 is invalid" plan --src '{"dev_matrix":[0],"tensor_map":[0],"shape":[8]}' --dst "$D"
 expect_error "--dst is named" 1 '--dst: missing key "shape"' plan --src "$L" --dst '{"dev_matrix":[4],"tensor_map":[0,-1]}'
 tmp=$(mktemp -d)

@@ -13,11 +13,12 @@ fail() {
   for line in "$@"; do echo "  $line" >&2; done
 }
 
-# run ARGS...: runs $RESHARD, setting $out, $err and $rc (never aborts the script).
+# run ARGS...: runs $RESHARD, setting $out, $err and $rc (never aborts the script). With $guard
+# set (seconds), under `timeout $guard`: a hang guard, exit 124 when it fired.
 run() {
   local e
   e=$(mktemp)
-  if out=$("$RESHARD" "$@" 2>"$e"); then rc=0; else rc=$?; fi
+  if out=$(${guard:+timeout "$guard"} "$RESHARD" "$@" 2>"$e"); then rc=0; else rc=$?; fi
   err=$(cat "$e")
   rm -f "$e"
 }
@@ -59,7 +60,9 @@ expect_error() {
   run "$@"
   local lines
   lines=$(printf '%s\n' "$err" | grep -c .) || true
-  if [[ $rc -ne $code ]]; then
+  if [[ -n ${guard:-} && $rc -eq 124 ]]; then
+    fail "$name" "killed by the timeout after $guard s: the program hung"
+  elif [[ $rc -ne $code ]]; then
     fail "$name" "exit code $rc, expected $code" "stderr: $err"
   elif [[ -n $out ]]; then
     fail "$name" "printed on stdout: $out"

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 #include "io_test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -292,6 +294,49 @@ TEST(hf, bad_directories_are_refused_naming_the_file) {
   // not a Hugging Face checkpoint
   fs::create_directories(tmp / "empty");
   EXPECT_TRUE(reshard_test::throws_error([&] { checkpoint_reader rd(tmp / "empty"); }, {"neither"}));
+}
+
+// A shard that is a FIFO is refused (opening it blocked until a writer came), and a file cut
+// short after it was indexed is named by the read that comes short: a shard and a ckpt file.
+TEST(hf, fifo_shards_and_files_truncated_while_read_are_named) {
+  reshard_test::temp_dir tmp;
+  const fs::path d = tmp / "m";
+  write_three(d);
+  const fs::path shard1 = d / hf_shard_name(1, 3), shard2 = d / hf_shard_name(2, 3);
+  fs::rename(shard1, tmp / "away");
+  ASSERT_EQ(::mkfifo(shard1.c_str(), 0600), 0);
+  refused(d, shard1.string() + ": is a FIFO, not a regular file");
+  fs::remove(shard1);
+  fs::rename(tmp / "away", shard1);
+
+  // reads the last tensor (8 bytes), cuts `file` where that tensor starts (`start`), reads again
+  const auto cut_while_read = [](const checkpoint_reader& rd, const fs::path& file,
+                                 std::uint64_t start, const std::string& what) {
+    const tensor_ref& e = rd.entries().back();
+    std::vector<std::byte> buf(e.content_size());
+    ASSERT_EQ(buf.size(), 8u);
+    const std::uint64_t at = rd.offset_of(e.pieces[0].data());
+    rd.pread_into(buf, at);  // opens the file for reads
+    fs::resize_file(file, start);
+    EXPECT_TRUE(
+        reshard_test::throws_error([&] { rd.pread_into(buf, at); },
+                                   {what, file.string(),
+                                    "was truncated while being read: expected 8 bytes at offset " +
+                                        std::to_string(start) + ", got 0"}));
+  };
+  {
+    const checkpoint_reader rd(d);
+    cut_while_read(rd, shard2, fs::file_size(shard2) - 8, "hf: ");  // a shard ends with its data
+  }
+  const std::vector<std::byte> data(8, std::byte{1});
+  {
+    ckpt_writer w(tmp / "one.ckpt", {});
+    w.write("w", dtype::float32, std::vector<std::int64_t>{2}, data);
+    w.commit();
+  }
+  const checkpoint_reader rd(tmp / "one.ckpt");
+  cut_while_read(rd, tmp / "one.ckpt", rd.offset_of(rd.entries().back().pieces[0].data()),
+                 "checkpoint: ");
 }
 
 TEST(hf, hf_output_is_only_for_one_checkpoint_of_full_tensors) {

@@ -1,4 +1,7 @@
-// Tests of reshard/io/mapped_file.hpp: the read-only mapping and the atomic output file.
+// Tests of reshard/io/mapped_file.hpp and reshard/io/input_file.hpp: opening an input without
+// blocking (FIFOs, sockets, directories, devices refused), the read-only mapping and the atomic
+// output file.
+#include <reshard/io/input_file.hpp>
 #include <reshard/io/mapped_file.hpp>
 
 #include "io_test_util.hpp"
@@ -10,6 +13,11 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 using namespace reshard::io;
 using namespace reshard_test;
@@ -53,6 +61,106 @@ TEST(mapped_file, errors_name_the_path_and_errno_text) {
   EXPECT_TRUE(throws_error([&] { mapped_file f(missing, "ckpt"); },
                            {"ckpt: ", missing, "cannot open for reading", "No such file or directory"}));
   EXPECT_TRUE(throws_error([&] { mapped_file f(dir.path()); }, {dir.path().string(), "not a regular file"}));
+}
+
+namespace {
+// A Unix socket bound at `path` (closed with the test; the file stays until the directory goes).
+struct bound_socket {
+  int fd = -1;
+  explicit bound_socket(const fs::path& path) {
+    fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ::sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<const ::sockaddr*>(&a), sizeof a) != 0)
+      ADD_FAILURE() << "bind " << path;
+  }
+  ~bound_socket() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+}  // namespace
+
+TEST(input_file, reads_a_regular_file) {
+  temp_dir dir;
+  write_text(dir / "a.json", "{\"a\": 1}");
+  input_file f(dir / "a.json", "strategy");
+  EXPECT_EQ(f.size(), 8u);
+  EXPECT_GE(f.fd(), 0);
+  EXPECT_EQ(::fcntl(f.fd(), F_GETFL) & O_NONBLOCK, 0);  // cleared once known regular
+  EXPECT_EQ(f.read_all(), "{\"a\": 1}");
+  EXPECT_EQ(read_input_file(dir / "a.json", "x"), "{\"a\": 1}");
+  write_text(dir / "empty", "");
+  EXPECT_EQ(read_input_file(dir / "empty", "x"), "");
+}
+
+// Each kind of file that is not a regular file is refused at once (a FIFO without a writer
+// blocked open(2) forever), naming the file and what it is; so is every reader built on it.
+TEST(input_file, refuses_fifos_sockets_directories_and_devices) {
+  temp_dir dir;
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  const bound_socket sock(dir / "sock");
+  fs::create_directory(dir / "d");
+  const std::pair<fs::path, const char*> cases[] = {
+      {dir / "fifo", "is a FIFO, not a regular file"},
+      {dir / "sock", "is a socket, not a regular file"},
+      {dir / "d", "is a directory, not a regular file"},
+      {"/dev/zero", "is a character device, not a regular file"}};
+  for (const auto& [path, what] : cases) {
+    SCOPED_TRACE(path.string());
+    EXPECT_TRUE(
+        throws_error([&] { input_file f(path, "strategy"); }, {"strategy: ", path.string(), what}));
+    EXPECT_TRUE(throws_error([&] { read_input_file(path, "--rename-map"); },
+                             {"--rename-map: ", path.string(), what}));
+    EXPECT_TRUE(
+        throws_error([&] { mapped_file f(path, "ckpt"); }, {"ckpt: ", path.string(), what}));
+  }
+  EXPECT_TRUE(throws_error(
+      [&] { input_file f(dir / "missing", "x"); },
+      {"x: ", (dir / "missing").string(), "cannot open for reading: No such file or directory"}));
+}
+
+TEST(input_file, not_a_directory_says_what_the_path_is) {
+  temp_dir dir;
+  write_text(dir / "f", "x");
+  EXPECT_EQ(reshard::io::detail::not_a_directory(dir / "f"), "is a regular file, not a directory");
+  EXPECT_EQ(reshard::io::detail::not_a_directory(dir / "missing"), "does not exist");
+  EXPECT_EQ(reshard::io::detail::not_a_directory("/dev/zero"),
+            "is a character device, not a directory");
+}
+
+// A file that shrinks while it is read: the short read names the file, the offset and the counts.
+TEST(input_file, pread_exact_names_a_file_truncated_while_being_read) {
+  temp_dir dir;
+  write_text(dir / "a", std::string(100, 'x'));
+  input_file f(dir / "a", "checkpoint");
+  std::vector<std::byte> buf(40);
+  f.pread_exact(buf, 60);
+  EXPECT_EQ(buf[39], std::byte{'x'});
+  fs::resize_file(dir / "a", 70);
+  EXPECT_TRUE(
+      throws_error([&] { f.pread_exact(buf, 50); },
+                   {"checkpoint: ", (dir / "a").string(),
+                    "was truncated while being read: expected 40 bytes at offset 50, got 20"}));
+}
+
+// write(2) out of a mapping whose file shrank fails with EFAULT ("Bad address"); the writer
+// names the source file instead, and leaves no temporary.
+TEST(mapped_file, a_source_truncated_under_its_mapping_is_named_when_written) {
+  temp_dir dir;
+  write_text(dir / "src.ckpt", std::string(std::size_t{4} << 20, 'x'));
+  const mapped_file src(dir / "src.ckpt", "ckpt");
+  fs::resize_file(dir / "src.ckpt", 0);
+  EXPECT_TRUE(throws_error(
+      [&] {
+        atomic_file_writer w(dir / "out.ckpt");
+        w.write(
+            src.bytes());  // larger than the writer's buffer: straight from the mapping to write(2)
+        w.commit();
+      },
+      {(dir / "out.ckpt").string(), "the source " + (dir / "src.ckpt").string(),
+       "was truncated while being read: its bytes from offset 0 are gone"}));
+  EXPECT_EQ(dir.files(), std::vector<std::string>{"src.ckpt"});
 }
 
 TEST(atomic_file_writer, commit_publishes_all_bytes) {

@@ -227,19 +227,7 @@ class checkpoint_reader {
   /// mapping). The descriptor is opened on first use and kept until close_for_reads().
   void pread_into(std::span<std::byte> out, std::uint64_t offset) const {
     if (hf_) return hf_->pread_into(out, offset);
-    const int fd = read_fd();
-    while (!out.empty()) {
-      const ::ssize_t n = ::pread(fd, out.data(), out.size(), static_cast<::off_t>(offset));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        detail::report_errno("checkpoint", path(), "cannot read", errno);
-      }
-      if (n == 0)
-        report_error("checkpoint: " + path().string() + ": the file ended at byte " + std::to_string(offset) +
-                     " (changed while being read?)");
-      out = out.subspan(static_cast<std::size_t>(n));
-      offset += static_cast<std::uint64_t>(n);
-    }
+    pread_exact(read_fd(), out, offset, path(), "checkpoint");
   }
   /// Closes the descriptor pread_into() opened (reopened if read again).
   void close_for_reads() const noexcept {
@@ -272,8 +260,7 @@ class checkpoint_reader {
   int read_fd() const {
     const std::lock_guard<std::mutex> lock(*fd_mutex_);
     if (fd_ < 0) {
-      fd_ = ::open(path().c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd_ < 0) detail::report_errno("checkpoint", path(), "cannot open for reading", errno);
+      fd_ = input_file(path(), "checkpoint").release();
       ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint: larger read-ahead
     }
     return fd_;

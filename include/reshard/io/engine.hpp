@@ -1027,11 +1027,9 @@ class transform_job {
     }
     if (p.dst_entries) {
       for (const auto& e : *p.dst_entries) {
-        if (!e.stored.tensor_shape.empty() &&
-            index_list(e.stored.tensor_shape.begin(), e.stored.tensor_shape.end()) != p.shape)
-          report_error(op_ + ": " + who_dst(p.name) + ": tensor_shape " + format_dims(e.stored.tensor_shape) +
-                       " disagrees with the source's full shape " + to_string(p.shape) + " (from " +
-                       (p.src_entries ? "the source strategy and " : std::string()) + shape_file + ")");
+        check_tensor_shape(
+            e.stored, p.shape, op_ + ": " + who_dst(p.name),
+            (p.src_entries ? "the source strategy and " : std::string()) + shape_file);
         target_plan& d = p.dst.emplace_back();
         d.stage = e.stage;
         d.dst = to_layout(e.stored, p.shape, e.stage, who_dst(p.name));
@@ -1986,7 +1984,9 @@ inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem
                                                            const std::string& op, std::vector<std::string>& warnings) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(src_dir, ec)) report_error(op + ": source directory " + src_dir.string() + " does not exist");
+  if (!fs::is_directory(src_dir, ec))
+    report_error(op + ": source directory " + src_dir.string() + " " +
+                 detail::not_a_directory(src_dir));
   std::map<index_t, fs::path> out;
   if (ranks == 1 && is_hf_directory(src_dir) && !fs::is_directory(src_dir / "rank_0", ec)) {
     out.emplace(0, src_dir);  // a Hugging Face checkpoint: the one rank of full tensors

@@ -222,17 +222,7 @@ class hf_checkpoint {
         report_error("hf: " + dir_.string() + ": logical offset " + std::to_string(offset) + " is in no shard");
       const std::uint64_t in = offset - s.at;
       const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(out.size(), s.size - in));
-      const int fd = read_fd(k);
-      std::size_t done = 0;
-      while (done < n) {
-        const ::ssize_t r = ::pread(fd, out.data() + done, n - done, static_cast<::off_t>(in + done));
-        if (r < 0) {
-          if (errno == EINTR) continue;
-          detail::report_errno("hf", s.path, "cannot read", errno);
-        }
-        if (r == 0) report_error("hf: " + s.path.string() + ": the file ended early (changed while being read?)");
-        done += static_cast<std::size_t>(r);
-      }
+      pread_exact(read_fd(k), out.first(n), in, s.path, "hf");
       out = out.subspan(n);
       offset += n;
     }
@@ -258,14 +248,12 @@ class hf_checkpoint {
   void map_shards() {
     const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     std::uint64_t at = 0;
+    std::vector<input_file> files;  // open until mapped: the file mapped is the file checked
     for (const auto& name : shard_names_) {
       shard s;
       s.path = dir_ / name;
-      struct ::stat st {};
-      if (::stat(s.path.c_str(), &st) != 0)
-        detail::report_errno("hf", s.path, std::string("cannot open (") + std::string(hf_index_name) + " lists it)", errno);
-      if (!S_ISREG(st.st_mode)) report_error("hf: " + s.path.string() + ": not a regular file");
-      s.size = static_cast<std::uint64_t>(st.st_size);
+      files.emplace_back(s.path, "hf");  // a regular file, or an error naming what it is
+      s.size = files.back().size();
       s.at = at;
       at += (s.size + page - 1) / page * page + page;  // a page of no access after each shard
       size_ += s.size;
@@ -277,15 +265,13 @@ class hf_checkpoint {
     if (base == MAP_FAILED) detail::report_errno("hf", dir_, "cannot reserve address space for the shards", errno);
     map_.base = base;
     map_.size = reserved;
-    for (auto& s : shards_) {
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      const auto& s = shards_[k];
       if (s.size == 0) continue;
-      const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) detail::report_errno("hf", s.path, "cannot open for reading", errno);
-      void* p = ::mmap(static_cast<std::byte*>(map_.base) + s.at, static_cast<std::size_t>(s.size), PROT_READ,
-                       MAP_SHARED | MAP_FIXED, fd, 0);
-      const int err = errno;
-      ::close(fd);
-      if (p == MAP_FAILED) detail::report_errno("hf", s.path, "cannot map", err);
+      void* p = ::mmap(static_cast<std::byte*>(map_.base) + s.at, static_cast<std::size_t>(s.size),
+                       PROT_READ, MAP_SHARED | MAP_FIXED, files[k].fd(), 0);
+      if (p == MAP_FAILED) detail::report_errno("hf", s.path, "cannot map", errno);
+      detail::note_mapping(p, static_cast<std::size_t>(s.size), s.path);
     }
   }
 
@@ -293,8 +279,7 @@ class hf_checkpoint {
     const std::lock_guard<std::mutex> lock(*fd_mutex_);
     auto& s = shards_[k];
     if (s.fd < 0) {
-      s.fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (s.fd < 0) detail::report_errno("hf", s.path, "cannot open for reading", errno);
+      s.fd = input_file(s.path, "hf").release();
       ::posix_fadvise(s.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     }
     return s.fd;
@@ -311,7 +296,9 @@ class hf_checkpoint {
     reservation(const reservation&) = delete;
     reservation& operator=(const reservation&) = delete;
     ~reservation() {
-      if (base) ::munmap(base, static_cast<std::size_t>(size));
+      if (!base) return;
+      detail::forget_mappings(base, static_cast<std::size_t>(size));
+      ::munmap(base, static_cast<std::size_t>(size));
     }
   } map_;
   std::uint64_t size_ = 0;

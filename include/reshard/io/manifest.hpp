@@ -13,23 +13,25 @@
 #pragma once
 
 #include <reshard/error.hpp>
-#include <reshard/parallel.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
-#include <reshard/io/summary.hpp>
+#include <reshard/io/input_file.hpp>
 #include <reshard/io/mapped_file.hpp>
 #include <reshard/io/sha256.hpp>
+#include <reshard/io/summary.hpp>
+#include <reshard/parallel.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,26 +72,18 @@ inline void write_manifest(const std::filesystem::path& path, const std::vector<
   out.commit();
 }
 
-/// The SHA-256 of the file at `path`, read with pread in 4 MiB pieces (bounded memory).
-inline std::string file_sha256(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) report_error(path.string() + ": cannot open: " + std::strerror(errno));
-  std::vector<std::byte> buf(std::size_t{4} << 20);
+/// The SHA-256 of the open file `f`, its size() bytes read with pread in 4 MiB pieces (bounded
+/// memory; a file that shrinks meanwhile is an error naming it).
+inline std::string file_sha256(const input_file& f) {
+  std::vector<std::byte> buf(
+      static_cast<std::size_t>(std::min<std::uint64_t>(f.size(), std::uint64_t{4} << 20)));
   sha256 h;
-  std::uint64_t at = 0;
-  while (true) {
-    const ::ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<::off_t>(at));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      report_error(path.string() + ": cannot read: " + std::strerror(err));
-    }
-    if (n == 0) break;
-    h.update(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n)));
-    at += static_cast<std::uint64_t>(n);
+  for (std::uint64_t at = 0; at < f.size(); at += buf.size()) {
+    const auto piece = std::span<std::byte>(buf).first(
+        static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), f.size() - at)));
+    f.pread_exact(piece, at);
+    h.update(piece);
   }
-  ::close(fd);
   return h.hex();
 }
 
@@ -99,11 +93,10 @@ inline std::string file_sha256(const std::filesystem::path& path) {
 inline std::vector<verify_mismatch> check_manifest(const std::filesystem::path& path, unsigned threads = 0) {
   namespace fs = std::filesystem;
   const std::string who = "manifest: " + path.string() + ": ";
-  std::ifstream in(path);
-  if (!in) report_error(who + "cannot be read: " + std::strerror(errno));
+  const std::string text = read_input_file(path, "manifest");
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     std::string why = e.what();
     if (const auto k = why.find("] "); k != std::string::npos) why.erase(0, k + 2);
@@ -148,13 +141,17 @@ inline std::vector<verify_mismatch> check_manifest(const std::filesystem::path& 
       found.push_back({e.file, {}, "missing file"});
       return;
     }
-    const auto size = fs::file_size(e.file, ec);
-    if (ec || size != e.bytes) {
-      found.push_back({e.file, {}, std::to_string(size) + " bytes, the manifest says " + std::to_string(e.bytes)});
-      return;
-    }
     try {
-      if (file_sha256(e.file) != e.sha) {
+      const input_file in(e.file,
+                          "manifest");  // a FIFO, a directory, ...: "cannot be read: ... is a FIFO"
+      if (in.size() != e.bytes) {
+        found.push_back(
+            {e.file,
+             {},
+             std::to_string(in.size()) + " bytes, the manifest says " + std::to_string(e.bytes)});
+        return;
+      }
+      if (file_sha256(in) != e.sha) {
         found.push_back({e.file, {}, "SHA-256 differs from the manifest's"});
         return;
       }

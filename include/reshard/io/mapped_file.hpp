@@ -18,6 +18,7 @@
 #pragma once
 
 #include <reshard/error.hpp>
+#include <reshard/io/input_file.hpp>
 #include <reshard/parallel.hpp>
 
 #include <algorithm>
@@ -31,6 +32,8 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,17 +51,48 @@
 namespace reshard::io {
 
 namespace detail {
-[[noreturn]] inline void report_errno(std::string_view context, const std::filesystem::path& path,
-                                      std::string_view what, int err) {
-  report_error(std::string(context) + ": " + path.string() + ": " + std::string(what) + ": " +
-               std::strerror(err));
+// The live read-only mappings of source files (mapped_file, hf_checkpoint's shards), so that a
+// write(2) out of a mapping whose file shrank (EFAULT: the pages past the new end are gone) can
+// name the source instead of "Bad address".
+struct mapped_range {
+  std::size_t size = 0;
+  std::filesystem::path path;
+};
+struct mapping_registry {
+  std::mutex mutex;
+  std::map<std::uintptr_t, mapped_range> ranges;  // by first byte
+};
+inline mapping_registry& mappings() {
+  static mapping_registry r;
+  return r;
 }
-
-inline int close_fd(int& fd) noexcept {
-  int rc = 0;
-  if (fd >= 0) rc = ::close(fd);
-  fd = -1;
-  return rc;
+/// Records that [base, base + size) maps the file `path` from its first byte.
+inline void note_mapping(const void* base, std::size_t size, const std::filesystem::path& path) {
+  if (size == 0) return;
+  auto& r = mappings();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.ranges[reinterpret_cast<std::uintptr_t>(base)] = {size, path};
+}
+/// Forgets the mappings recorded in [base, base + size).
+inline void forget_mappings(const void* base, std::size_t size) noexcept {
+  auto& r = mappings();
+  const auto b = reinterpret_cast<std::uintptr_t>(base);
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.ranges.erase(r.ranges.lower_bound(b), r.ranges.lower_bound(b + std::max<std::size_t>(size, 1)));
+}
+/// For bytes that could not be read (EFAULT) out of a recorded mapping: "the source <file> was
+/// truncated while being read: its bytes from offset O are gone"; empty if no mapping holds them.
+inline std::string truncated_source(const void* p) {
+  auto& r = mappings();
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.ranges.upper_bound(a);
+  if (it == r.ranges.begin()) return {};
+  --it;
+  if (a - it->first >= it->second.size) return {};
+  return "the source " + it->second.path.string() +
+         " was truncated while being read: its bytes from offset " + std::to_string(a - it->first) +
+         " are gone";
 }
 }  // namespace detail
 
@@ -71,30 +105,20 @@ class mapped_file {
   /// Maps `path`. `context` prefixes error messages ("ckpt: /a/b.ckpt: cannot open: ...").
   explicit mapped_file(std::filesystem::path path, std::string_view context = "mapped_file")
       : path_(std::move(path)) {
-    int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) detail::report_errno(context, path_, "cannot open for reading", errno);
-    struct ::stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int err = errno;
-      detail::close_fd(fd);
-      detail::report_errno(context, path_, "cannot stat", err);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      detail::close_fd(fd);
-      report_error(std::string(context) + ": " + path_.string() + ": not a regular file");
-    }
-    size_ = static_cast<std::uint64_t>(st.st_size);
+    const input_file in(path_, context);  // a regular file, or an error naming what it is
+    size_ = in.size();
     if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        const int err = errno;
-        detail::close_fd(fd);
-        detail::report_errno(context, path_, "cannot map", err);
-      }
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, in.fd(), 0);
+      if (p == MAP_FAILED) detail::report_errno(context, path_, "cannot map", errno);
       data_ = static_cast<const std::byte*>(p);
+      try {
+        detail::note_mapping(data_, size_, path_);
+      } catch (...) {
+        unmap();
+        throw;
+      }
     }
-    detail::close_fd(fd);  // the mapping keeps the file alive
-  }
+  }  // the mapping keeps the file alive
 
   mapped_file(const mapped_file&) = delete;
   mapped_file& operator=(const mapped_file&) = delete;
@@ -117,7 +141,10 @@ class mapped_file {
 
  private:
   void unmap() noexcept {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (data_) {
+      detail::forget_mappings(data_, size_);
+      ::munmap(const_cast<std::byte*>(data_), size_);
+    }
     data_ = nullptr;
     size_ = 0;
   }
@@ -434,7 +461,13 @@ class atomic_file_writer {
       const ::ssize_t n = ::write(fd_, bytes.data(), bytes.size());
       if (n < 0) {
         if (errno == EINTR) continue;
-        fail("cannot write " + temp_.string(), errno);
+        const int err = errno;
+        if (err == EFAULT)  // the bytes come from a mapping whose file shrank
+          if (std::string why = detail::truncated_source(bytes.data()); !why.empty()) {
+            discard();
+            report_error(context_ + ": " + dest_.string() + ": cannot write: " + why);
+          }
+        fail("cannot write " + temp_.string(), err);
       }
       bytes = bytes.subspan(static_cast<std::size_t>(n));
       written_ += static_cast<std::uint64_t>(n);

@@ -41,6 +41,15 @@ inline std::set<index_t> needed_sources(std::span<const std::int64_t> ranks, con
                    ", which has " + std::to_string(N) + " rank" + (N == 1 ? "" : "s"));
     out.insert(t % M);
   }
+  // a parameter the source does not list is read whole from t % M; its target layouts, where a
+  // tensor_shape gives their shape, must hold it
+  for (const auto& name : dst.names())
+    if (!src.find(name))
+      for (const auto& e : *dst.find(name))
+        if (!e.stored.tensor_shape.empty())
+          to_layout(e.stored,
+                    index_list(e.stored.tensor_shape.begin(), e.stored.tensor_shape.end()), e.stage,
+                    "strategy: " + dst.source() + ": parameter " + quote_name(name));
   std::vector<transfer> xs;
   for (const auto& name : src.names()) {
     const staged_layout& s = src.find(name)->front();
@@ -59,12 +68,22 @@ inline std::set<index_t> needed_sources(std::span<const std::int64_t> ranks, con
       for (std::int64_t t : ranks)
         if (!dl || dst.stage_of(t) == stage) mine.push_back(t);
       if (mine.empty()) continue;
+      // checked as the transform checks them: the source layout with the full shape, the target's
+      // tensor_shape against it, the target layout with it; but when the shape is the target's
+      // tensor_shape (the source gives none), the target goes first, so that an error names it
       const index_list shape = probe_shape(s.stored, dl, who_s, who_d);
+      const auto target = [&] {
+        if (!dl) return whole_on_targets(shape, N);
+        check_tensor_shape(*dl, shape, who_d, "the source strategy " + src.source());
+        return to_layout(*dl, shape, stage, who_d);
+      };
+      std::optional<layout> tl;
+      if (s.stored.tensor_shape.empty() && dl && !dl->tensor_shape.empty()) tl = target();
       const layout sl = to_layout(s.stored, shape, s.stage, who_s);
-      const layout tl = dl ? to_layout(*dl, shape, stage, who_d) : whole_on_targets(shape, N);
+      if (!tl) tl = target();
       validate(sl, who_s);
-      validate(tl, dl ? who_d : who_s);
-      const rank_planner rp(sl, tl, m);
+      validate(*tl, dl ? who_d : who_s);
+      const rank_planner rp(sl, *tl, m);
       for (std::int64_t t : mine) {
         xs.clear();
         rp.receives(t, xs);

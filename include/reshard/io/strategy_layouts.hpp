@@ -224,6 +224,18 @@ inline layout to_layout(const param_layout& pl, const index_list& shape, index_t
   return mindspore_layout(index_list(pl.dev_matrix.begin(), pl.dev_matrix.end()), map, shape, o);
 }
 
+/// Checks that the tensor_shape of a target layout `pl` (JSON strategies; empty: none) is the
+/// full shape `shape` the source gives the parameter (`from`: where that shape was read).
+/// `who` ("strategy: f.json: parameter 'w'") prefixes errors.
+inline void check_tensor_shape(const param_layout& pl, const index_list& shape,
+                               const std::string& who, const std::string& from) {
+  if (!pl.tensor_shape.empty() &&
+      index_list(pl.tensor_shape.begin(), pl.tensor_shape.end()) != shape)
+    report_error(who + ": tensor_shape " + detail::format_dims(pl.tensor_shape) +
+                 " disagrees with the source's full shape " + to_string(shape) + " (from " + from +
+                 ")");
+}
+
 /// The full shape of a parameter stored as `pl` whose slice on some rank has dims `slice_dims`:
 /// each dim times its slice count, dim 0 also times the optimizer-sharding parts, or dim 0 the
 /// sum of param_split_shape when given. `who` prefixes errors.
