@@ -83,7 +83,7 @@ struct transform_flags {
 inline void add_dtype_option(CLI::App* sub, std::vector<std::string>& dtypes) {
   sub->add_option("--dtype", dtypes,
                   "DTYPE: cast every floating-point parameter to DTYPE (float32, float16, bfloat16 or float64; "
-                  "rounding to nearest even); GLOB=DTYPE: cast the parameters whose name matches GLOB (the first "
+                  "rounding to nearest even); GLOB=DTYPE: cast the parameters whose source name (before any --rename) matches GLOB (the first "
                   "such rule applies, before a plain DTYPE); repeatable; integer parameters are never cast")
       ->check([](const std::string& v) {
         const auto eq = v.rfind('=');
@@ -150,8 +150,10 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
                 "do not fsync the outputs (scratch outputs only: after a power cut or an OS crash an output "
                 "may be empty or torn under its final name)");
   sub->add_option("--include", f.include,
-                  "write only the parameters matching this glob (*, ?, [...]; repeatable; default: all)");
-  sub->add_option("--exclude", f.exclude, "leave out the parameters matching this glob (repeatable)");
+                  "write only the parameters whose source name (before any --rename) matches this glob (*, ?, "
+                  "[...]; repeatable; default: all)");
+  sub->add_option("--exclude", f.exclude,
+                  "leave out the parameters whose source name (before any --rename) matches this glob (repeatable)");
   sub->add_option("--rename", f.rename,
                   "REGEX=REPLACEMENT (split at the first '='): rename the parameters in which the ECMAScript "
                   "REGEX is found, every match replaced ($1: its first group); repeatable, the first rule that "
