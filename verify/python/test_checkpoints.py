@@ -314,3 +314,42 @@ def test_sigint_without_a_callback(tmp_path):
     # the same run without the hook writes every output (the hook is used once, then forgotten)
     reshard.transform_checkpoints(str(tmp_path / "src"), out, "checkpoint_", None, strategy, progress=False)
     assert len(files_under(out)) == 4
+
+
+def test_two_threads_writing_one_destination(tmp_path):
+    # Two threads of one process transform into the same directory at once: their staged files
+    # have names unique per call, so one run wins and the other gets FileExistsError (regression:
+    # both staged under <file>.reshard-<pid>.part, and the loser failed with FileNotFoundError,
+    # "cannot open to fsync", after the winner had renamed the shared file away).
+    import threading
+    m = scenario("retrain_8to4", tmp_path)
+    ref = os.path.join(m["dir"], "ref")
+    reshard.transform_checkpoints(m["src_dir"], ref, "checkpoint_", m["src_strategy"], m["dst_strategy"],
+                                  progress=False)
+    for attempt in range(5):
+        out = os.path.join(m["dir"], "out%d" % attempt)
+        start = threading.Barrier(2)
+        results = [None, None]
+
+        def run(k):
+            start.wait()
+            try:
+                results[k] = reshard.transform_checkpoints(m["src_dir"], out, "checkpoint_", m["src_strategy"],
+                                                           m["dst_strategy"], process_num=1, progress=False)
+            except Exception as e:  # noqa: BLE001 - the test looks at what it is
+                results[k] = e
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wins = [r for r in results if isinstance(r, dict)]
+        losses = [r for r in results if not isinstance(r, dict)]
+        assert len(wins) == 1 and len(losses) == 1, results
+        assert isinstance(losses[0], FileExistsError), repr(losses[0])
+        # the winner's outputs, complete, and nothing else left
+        assert [os.path.relpath(f, out) for f in files_under(out)] == [os.path.relpath(f, ref) for f in files_under(ref)]
+        for f in files_under(ref):
+            with open(f, "rb") as a, open(os.path.join(out, os.path.relpath(f, ref)), "rb") as b:
+                assert a.read() == b.read()

@@ -32,7 +32,7 @@
 //
 // Errors: everything that can be checked before writing is (strategies, shapes, dtypes, every
 // source file and parameter that will be read, CRC trailers); a reshard::error names the file,
-// the parameter and the reason. Outputs are staged as `<file>.reshard-<pid>.part` and renamed
+// the parameter and the reason. Outputs are staged as `<file>.reshard-<pid>.<n>.part` and renamed
 // into place only when every target file is complete; after a failure the staged files (and the
 // directories the job created) are removed. A job first removes the temporaries that killed runs
 // left for its outputs (detail::remove_stale_temporaries, io/mapped_file.hpp). An existing
@@ -372,7 +372,7 @@ using tensor_allocator = std::function<std::span<std::byte>(index_t rank, std::s
 /// each parameter its plan (rank_planner: one planner, one replica policy) with convert's copy
 /// jobs (one copy engine). Three steps, each all or nothing:
 ///   check()    every check that needs no tensor data; nothing is written
-///   stage()    every target written in full as `<file>.reshard-<pid>.part`, all fsynced
+///   stage()    every target written in full as `<file>.reshard-<pid>.<n>.part`, all fsynced
 ///              together at the end (write-back starts while they are written)
 ///   commit()   the staged files renamed into place, their directories fsynced
 /// run() does the three. A job destroyed before commit() removes what it staged and the
@@ -1370,8 +1370,7 @@ class transform_job {
     const auto staged_as = [](const std::filesystem::path& final) {
       staged st;
       st.final = final;
-      st.part = final;
-      st.part += detail::temp_marker() + std::to_string(::getpid()) + ".part";
+      st.part = detail::unique_temp_path(final, ".part");  // unique per call: see unique_temp_path
       return st;
     };
     for (std::size_t i = 0; i < targets_.size(); ++i) {

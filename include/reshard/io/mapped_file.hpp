@@ -6,7 +6,7 @@
 //
 // Temporaries. Every temporary reshard writes for a destination D is named
 // `D.reshard-<pid>.<suffix>` in D's directory: `D.reshard-<pid>.<n>.tmp` here, and the staged
-// outputs of the workflows `D.reshard-<pid>.part` (io/transform.hpp). None ends in `.ckpt` or
+// outputs of the workflows `D.reshard-<pid>.<n>.part` (io/transform.hpp). None ends in `.ckpt` or
 // `.safetensors`, so no reader takes one for a checkpoint. A process killed while writing leaves
 // its temporaries; the next writer of D removes those whose process is no longer running
 // (remove_stale_temporaries).
@@ -193,11 +193,13 @@ inline void crash_point() noexcept {
 // -- temporaries
 inline std::string temp_marker() { return ".reshard-"; }
 
-inline std::filesystem::path unique_temp_path(const std::filesystem::path& dest) {
+// `dest` + ".reshard-<pid>.<n><ending>", n counting up in this process: unique per call, so two
+// threads (or two jobs) of one process writing the same destination never share a temporary.
+inline std::filesystem::path unique_temp_path(const std::filesystem::path& dest, std::string_view ending = ".tmp") {
   static std::atomic<std::uint64_t> counter{0};
   std::filesystem::path tmp = dest;
   std::string suffix = temp_marker();
-  suffix.append(std::to_string(::getpid())).append(".").append(std::to_string(counter.fetch_add(1))).append(".tmp");
+  suffix.append(std::to_string(::getpid())).append(".").append(std::to_string(counter.fetch_add(1))).append(ending);
   tmp += suffix;
   return tmp;
 }

@@ -11,7 +11,7 @@
 // All or nothing, across processes. The processes agree (MPI_Allreduce of a verdict) three times:
 //   1. after every check (strategies, sources, CRC trailers, existing outputs): if any process
 //      failed, no process writes anything;
-//   2. when every process has written its files, still staged as `<file>.reshard-<pid>.part`: if
+//   2. when every process has written its files, still staged as `<file>.reshard-<pid>.<n>.part`: if
 //      any failed, every process removes its staged files, and no output appears;
 //   3. after each process renamed its files into place. Only a failure between 2 and 3 (a rename
 //      refused, a process killed while renaming) leaves some outputs in place: each one complete
