@@ -119,6 +119,33 @@ TEST(name_rules, replacements_equal_std_regex_replace) {
           << "regex " << re << ", replacement " << with << ", name " << name;
 }
 
+// Over generated regexes (literals, `.`, classes, groups, alternation, greedy quantifiers and
+// anchors: no lazy quantifier or empty first alternative, whose empty matches differ, see
+// rename_regex::replace_all) and names: found and replaced as std::regex found and replaced.
+RC_GTEST_PROP(name_rules_props, replacements_equal_std_regex_replace, ()) {
+  const auto unit = rc::gen::element<std::string>("a", "b", ".", "[ab]", "[^a]", "\\.", "(a)",
+                                                  "(b+)", "(.)", "(a|b)", "(?:ab|ba)", "(a|bb|.)");
+  const auto atom =
+      rc::gen::apply([](std::string u, std::string q) { return u + q; }, unit,
+                     rc::gen::element<std::string>("", "", "+", "*", "?", "{2}", "{1,2}"));
+  std::string re = *rc::gen::element<std::string>("", "^");
+  for (const auto& a :
+       *rc::gen::resize(3, rc::gen::nonEmpty(rc::gen::container<std::vector<std::string>>(atom))))
+    re += a;
+  re += *rc::gen::element<std::string>("", "", "$");
+  const auto token =
+      rc::gen::element<std::string>("x", "$1", "$2", "$&", "$$", "$`", "$'", "$", "-");
+  std::string with;
+  for (const auto& t : *rc::gen::resize(3, rc::gen::container<std::vector<std::string>>(token)))
+    with += t;
+  const std::string name =
+      *rc::gen::resize(8, rc::gen::container<std::string>(rc::gen::element('a', 'b', '.', 'c')));
+  const rename_regex r(re, with, "op");
+  const std::regex e(re);
+  RC_ASSERT(r.found_in(name) == std::regex_search(name, e));
+  RC_ASSERT(r.replace_all(name) == std::regex_replace(name, e, with));
+}
+
 // Inputs that std::regex could not take: a recursion per character of the name (a 50,000-
 // character name crashed with `x+`), and an exponential backtracking of `(a+)+$` over "a"*30 + "!".
 TEST(name_rules, long_names_and_nested_quantifiers_finish) {
