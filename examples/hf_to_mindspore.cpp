@@ -23,8 +23,7 @@
 //
 // Usage: example_hf_to_mindspore [WORK_DIR]   (default: a temporary directory, removed at the end)
 #include <reshard/io/cast.hpp>
-
-#include <regex>
+#include <reshard/io/name_rules.hpp>
 
 #include "scenario.hpp"
 
@@ -43,11 +42,9 @@ const std::vector<std::pair<std::string, std::string>> rules{
 };
 
 std::string ms_name_of(const std::string& hf) {
-  for (const auto& [re, with] : rules) {
-    const std::regex r(re, std::regex::ECMAScript);
-    if (std::regex_search(hf, r)) return std::regex_replace(hf, r, with);
-  }
-  return hf;
+  static const io::name_rules names{.rename = rules};
+  static const io::renamer rename(names, "hf_to_mindspore");
+  return rename(hf).name;
 }
 
 // The model, under Hugging Face's names, and how MindSpore splits each weight on 8 ranks

@@ -10,6 +10,7 @@ packages=(
   libxtensor-dev libxsimd-dev
   librapidcheck-dev libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
+  pkg-config libre2-dev
   libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin
   python3 python3-protobuf python3-numpy

@@ -155,7 +155,7 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
   sub->add_option("--exclude", f.exclude,
                   "leave out the parameters whose source name (before any --rename) matches this glob (repeatable)");
   sub->add_option("--rename", f.rename,
-                  "REGEX=REPLACEMENT (split at the first '='): rename the parameters in which the ECMAScript "
+                  "REGEX=REPLACEMENT (split at the first '='): rename the parameters in which the RE2 "
                   "REGEX is found, every match replaced ($1: its first group); repeatable, the first rule that "
                   "matches applies")
       ->check([](const std::string& v) {

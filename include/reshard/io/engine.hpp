@@ -4,6 +4,10 @@
 // with the core's copy jobs (convert.hpp), the sources being memory-mapped files and the
 // targets file writers.
 //
+// Decided apart, by pure functions that it calls (each testable without files): which parameters
+// it writes and under which names (name_rules.hpp), their dtypes (dtype_rules.hpp), and the jobs
+// and chunk buffer under a memory budget (memory_fit.hpp).
+//
 // Which parameters a target rank t gets, and from where (M source ranks):
 //   * listed in the source strategy: sliced by the target strategy's layout for t's stage (a
 //     parameter that the target strategy lists only for other stages is not written to t); the
@@ -51,7 +55,10 @@
 #include <reshard/io/ckpt.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
+#include <reshard/io/dtype_rules.hpp>
 #include <reshard/io/mapped_file.hpp>
+#include <reshard/io/memory_fit.hpp>
+#include <reshard/io/name_rules.hpp>
 #include <reshard/io/safetensors.hpp>
 #include <reshard/io/sha256.hpp>
 #include <reshard/io/strategy_layouts.hpp>
@@ -83,7 +90,6 @@
 #include <utility>
 #include <vector>
 
-#include <fnmatch.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -102,36 +108,6 @@ struct transform_progress {
   std::uint64_t bytes_total = 0;    ///< tensor bytes to write, all targets
   std::size_t files_done = 0;       ///< target files complete
   std::size_t files_total = 0;
-};
-
-/// Which parameters a transform writes, and under which names (MindSpore's choice_func and
-/// name_map). A parameter is written when it matches an `include` glob (or there is none) and no
-/// `exclude` glob (fnmatch(3) patterns over the whole name: `*`, `?`, `[...]`). Its output name
-/// is `rename_exact`'s entry for it, else the result of the first `rename` rule whose ECMAScript
-/// regex is found in it (every match replaced; `$1` in the replacement is the first group), else
-/// its own. Checked before anything is written: every pattern, regex and exact name must match a
-/// parameter of the sources, no two parameters may get the same name, and with a target strategy
-/// every renamed parameter must be in it (under its new name).
-struct name_rules {
-  std::vector<std::string> include;
-  std::vector<std::string> exclude;
-  std::vector<std::pair<std::string, std::string>> rename;  ///< (regex, replacement), in order
-  std::map<std::string, std::string> rename_exact;          ///< old name -> new name
-  bool empty() const noexcept { return include.empty() && exclude.empty() && rename.empty() && rename_exact.empty(); }
-};
-
-/// Which parameters a transform casts to another dtype, and to which (cast.hpp gives the rounding
-/// rules). A parameter whose source name matches a `named` glob (fnmatch(3), the first that
-/// matches) is cast to that glob's dtype; any other floating-point parameter (Float16, BFloat16,
-/// Float32, Float64) is cast to `all` if set; integer, Bool and str parameters keep their dtype
-/// (the summary warns how many). Checked before anything is written: every glob must match a
-/// parameter written, and a named cast that cast.hpp refuses (an integer parameter, a map tensor)
-/// is an error. The casts run inside the copy engine: each chunk it assembles is cast as a whole,
-/// while it is in the cache.
-struct dtype_rules {
-  std::optional<dtype> all;
-  std::vector<std::pair<std::string, dtype>> named;  ///< (glob over the source name, dtype), in order
-  bool empty() const noexcept { return !all && named.empty(); }
 };
 
 struct transform_options {
@@ -386,7 +362,8 @@ class transform_job {
                 std::vector<transform_target> targets, transform_options opts, std::string op,
                 std::vector<std::string> warnings = {})
       : src_(std::move(src)), dst_(std::move(dst)), files_(std::move(files)), targets_(std::move(targets)),
-        opts_(std::move(opts)), op_(std::move(op)), warnings_(std::move(warnings)) {
+        opts_(std::move(opts)), exec_{opts_.jobs, opts_.buffer_bytes}, op_(std::move(op)),
+        warnings_(std::move(warnings)) {
     M_ = src_.ranks();
     N_ = dst_.ranks();
     for (const auto& [r, f] : files_)
@@ -502,8 +479,8 @@ class transform_job {
       pv.targets.push_back(std::move(tp));
     }
     pv.jobs = threads();
-    pv.buffer_bytes = opts_.buffer_bytes;
-    pv.peak_memory_bound = current_rss_bytes() + pv.jobs * (job_memory(opts_.buffer_bytes) + job_slack);
+    pv.buffer_bytes = exec_.buffer_bytes;
+    pv.peak_memory_bound = current_rss_bytes() + pv.jobs * job().with_slack(exec_.buffer_bytes);
     pv.warnings = warnings_;
     return pv;
   }
@@ -572,24 +549,16 @@ class transform_job {
     s.reads = reads();
     s.synced = opts_.sync;
     s.max_memory = opts_.max_memory;
-    s.buffer_bytes = opts_.buffer_bytes;
+    s.buffer_bytes = exec_.buffer_bytes;
     std::set<std::string> kinds;  // one statfs per source file read
     for (const auto& [r, rd] : readers_) kinds.insert(filesystem_name(rd->path()));
     for (const auto& k : kinds) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + k;
   }
 
-  // -- the memory budget
-  // A job's memory for a chunk buffer of b bytes: the buffer, the read scratch (at most 4
-  // chunks, or 64 KiB), the mapped pages kept (b per job) and the file writer's buffer.
-  // With casts, a second chunk buffer: the chunk in the source's dtype, then cast.
-  std::uint64_t job_memory(std::uint64_t b) const noexcept {
-    return b + std::max<std::uint64_t>(4 * b, std::uint64_t{64} << 10) + b + atomic_file_writer::buffer_capacity +
-           (opts_.casts.empty() ? 0 : b);
+  // -- the memory budget (memory_fit.hpp)
+  job_memory job() const noexcept {
+    return {atomic_file_writer::buffer_capacity, !opts_.casts.empty()};
   }
-  static constexpr std::uint64_t min_buffer = std::uint64_t{64} << 10;
-  // The heap's own slack beside the buffers (allocator arenas, the threads' stacks, the
-  // progress and summary): measured below 2 MiB a job on the benchmarks; 4 MiB kept.
-  static constexpr std::uint64_t job_slack = std::uint64_t{4} << 20;
 
   // With max_memory: fits the jobs, then the buffer, into what the process does not hold yet.
   void fit_memory() {
@@ -598,20 +567,8 @@ class transform_job {
       report_error(op_ + ": max_memory cannot be kept with read_mode mmap: around every read from a mapping the "
                    "kernel maps whole page-cache folios (measured: 4 MiB per source file on ext4), beyond the "
                    "engine's control; read with pread (the default)");
-    const std::uint64_t held = current_rss_bytes();
-    const auto need = [&](std::uint64_t b) { return job_memory(b) + job_slack; };
-    const auto mib = [](std::uint64_t b) { return std::to_string((b + (std::uint64_t{1} << 20) - 1) >> 20) + " MiB"; };
-    if (held + need(min_buffer) > opts_.max_memory)
-      report_error(op_ + ": max_memory " + mib(opts_.max_memory) + " is too small: the process holds " + mib(held) +
-                   " once the " + std::to_string(readers_.size()) + " source indexes are read, and one job needs " +
-                   mib(need(min_buffer)) + " more");
-    const std::uint64_t left = opts_.max_memory - held;
-    const auto fit = static_cast<unsigned>(std::min<std::uint64_t>(threads(), left / need(min_buffer)));
-    opts_.jobs = std::max(1u, fit);
-    const std::uint64_t per = left / opts_.jobs - job_slack;  // job_memory(b) <= per
-    std::uint64_t b = (per - atomic_file_writer::buffer_capacity) / (opts_.casts.empty() ? 6 : 7);
-    b = std::clamp<std::uint64_t>(b & ~std::uint64_t{4095}, min_buffer, std::max(opts_.buffer_bytes, min_buffer));
-    opts_.buffer_bytes = b;
+    exec_ = io::fit_memory(opts_.max_memory, current_rss_bytes(), job(),
+                           {threads(), exec_.buffer_bytes}, readers_.size(), op_);
   }
 
   std::string source_desc() const {
@@ -681,7 +638,7 @@ class transform_job {
           report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + quote_name(it.name()) +
                        " would be written twice");
         check_item(t, it, used);
-        decide_cast(it);
+        decide_item_cast(it);
         total += item_bytes(t.rank, it);
       });
       for (index_t r : used) ++uses_[r].targets;
@@ -730,7 +687,7 @@ class transform_job {
       std::set<std::string_view> outputs;
       for (const auto& [name, p] : params_) outputs.insert(output_name(name));
       for (const auto& name : dst_.names()) {
-        if (outputs.count(name) || excluded_.count(name)) continue;
+        if (outputs.count(name) || (names_ && names_->excluded.count(name))) continue;
         warnings_.push_back("parameter " + quote_name(name) + " of the target strategy " + dst_.source() +
                             " is in no source (not in the source strategy, nor in the source file of rank " +
                             std::to_string(targets_.empty() ? 0 : targets_.front().rank % M_) + "): not written");
@@ -764,14 +721,10 @@ class transform_job {
       for (const auto& e : open(b).entries()) all.insert(e.name);
     return all;
   }
-  // fnmatch(3) of a whole name, no flags: the globs of name_rules and dtype_rules.
-  static bool glob_matches(const std::string& pattern, std::string_view name) {
-    return ::fnmatch(pattern.c_str(), std::string(name).c_str(), 0) == 0;
-  }
 
-  // -- dtype_rules
+  // -- dtype_rules (dtype_rules.hpp)
   // Decides the dtype item `it` is written in (once per parameter), and checks it.
-  void decide_cast(const out_item& it) {
+  void decide_item_cast(const out_item& it) {
     const dtype_rules& r = opts_.casts;
     if (r.empty()) return;
     const std::string_view name = it.source_name();
@@ -779,50 +732,25 @@ class transform_job {
     cast_decided_.emplace(name);
     named_hits_.resize(r.named.size());
     const dtype from = it.p ? it.p->type : it.raw->type;
-    const bool map = !it.p && it.raw->map_tensor;
-    std::optional<dtype> to;
-    for (std::size_t i = 0; i < r.named.size() && !to; ++i)
-      if (glob_matches(r.named[i].first, name)) {
-        ++named_hits_[i];
-        to = r.named[i].second;
-        const std::string file = it.p ? it.p->type_file : open(it.base).path().string();  // where its dtype was read
-        const std::string who = op_ + ": " + file + ": parameter " + quote_name(name) +
-                                " (dtype rule " + quote_name(r.named[i].first) + ")";
-        if (map && *to != from) report_error(who + ": a map tensor is never cast");
-        check_cast(from, *to, true, who);
-      }
-    if (!to && r.all) {
-      if (is_floating(from) && !map)
-        to = r.all;
-      else
-        ++kept_dtypes_, kept_example_ = kept_example_.empty() ? std::string(name) : kept_example_;
-    }
-    if (!to || *to == from) return;
-    cast_to_.emplace(std::string(name), *to);
-    cast_records_.push_back({std::string(it.name()), from, *to});
+    // where its dtype was read
+    const std::string file = it.p ? it.p->type_file : open(it.base).path().string();
+    const cast_decision d =
+        io::decide_cast(r, name, from, !it.p && it.raw->map_tensor, op_ + ": " + file);
+    if (d.rule != cast_decision::npos) ++named_hits_[d.rule];
+    if (d.kept)
+      ++kept_dtypes_, kept_example_ = kept_example_.empty() ? std::string(name) : kept_example_;
+    if (!d.to) return;
+    cast_to_.emplace(std::string(name), *d.to);
+    cast_records_.push_back({std::string(it.name()), from, *d.to});
   }
   // After every item was decided: each named glob matches a parameter of the sources (one that
   // this job writes, or one of the source strategy or the targets' base files that it does not,
   // such as a parameter of another pipeline stage).
   void check_casts() {
     const dtype_rules& r = opts_.casts;
-    named_hits_.resize(r.named.size());
-    std::set<std::string, std::less<>> all;
-    for (std::size_t i = 0; i < r.named.size(); ++i) {
-      if (named_hits_[i] != 0) continue;
-      if (all.empty()) all = source_names();
-      const bool any = std::any_of(all.begin(), all.end(),
-                                   [&](const std::string& name) { return glob_matches(r.named[i].first, name); });
-      if (!any)
-        report_error(op_ + ": dtype rule " + quote_name(r.named[i].first) + "=" + std::string(ms_name(r.named[i].second)) +
-                     " matches no parameter of the sources (" + std::to_string(all.size()) +
-                     " parameters; `reshard inspect` lists them)");
-    }
+    check_cast_rules(r, named_hits_, [&] { return source_names(); }, op_);
     if (kept_dtypes_ > 0)
-      warnings_.push_back(std::to_string(kept_dtypes_) + (kept_dtypes_ == 1 ? " parameter that is" : " parameters that are") +
-                          " not floating point (such as " + quote_name(kept_example_) + (kept_dtypes_ == 1 ? ") keeps its dtype: " : ") keep their dtype: ") +
-                          "the cast to " + std::string(ms_name(*r.all)) +
-                          " applies to floating-point parameters only (name one with GLOB=DTYPE to cast it)");
+      warnings_.push_back(kept_dtype_warning(kept_dtypes_, kept_example_, *r.all));
     std::sort(cast_records_.begin(), cast_records_.end(),
               [](const cast_record& a, const cast_record& b) { return a.name < b.name; });
   }
@@ -834,76 +762,21 @@ class transform_job {
     return c == cast_to_.end() ? from : c->second;
   }
 
-  // -- name_rules
-  // Decides the selected parameters and their output names (renamed_), from every parameter of
+  // -- name_rules (name_rules.hpp)
+  // Decides the selected parameters and their output names (names_), from every parameter of
   // the sources (the source strategy's and the targets' base files'), and checks the rules.
   void apply_name_rules() {
-    const name_rules& nr = opts_.names;
-    if (nr.empty()) return;
-    selecting_ = true;
-    const std::set<std::string, std::less<>> all = source_names();
-    std::vector<std::regex> res;
-    for (const auto& [re, with] : nr.rename) {
-      try {
-        res.emplace_back(re, std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
-        report_error(op_ + ": rename " + quote_name(re) + ": not a regular expression: " + e.what());
-      }
-    }
-    std::vector<std::size_t> inc(nr.include.size()), exc(nr.exclude.size()), ren(nr.rename.size());
-    std::map<std::string, std::string, std::less<>> owner;  // output name -> source name
-    const auto glob = glob_matches;
-    for (const auto& name : all) {
-      bool in = nr.include.empty(), out = false;
-      for (std::size_t i = 0; i < nr.include.size(); ++i)
-        if (glob(nr.include[i], name)) in = true, ++inc[i];
-      for (std::size_t i = 0; i < nr.exclude.size(); ++i)
-        if (glob(nr.exclude[i], name)) out = true, ++exc[i];
-      std::string to = name;
-      if (auto x = nr.rename_exact.find(name); x != nr.rename_exact.end()) {
-        to = x->second;
-      } else {
-        for (std::size_t i = 0; i < res.size(); ++i)
-          if (std::regex_search(name, res[i])) {
-            to = std::regex_replace(name, res[i], nr.rename[i].second);
-            ++ren[i];
-            break;
-          }
-      }
-      if (!in || out) {
-        excluded_.insert(name);
-        continue;
-      }
-      if (to.empty()) report_error(op_ + ": rename gives parameter " + quote_name(name) + " an empty name");
-      if (auto [at, fresh] = owner.emplace(to, name); !fresh)
-        report_error(op_ + ": parameters " + quote_name(at->second) + " and " + quote_name(name) +
-                     " would both be written as " + quote_name(to) + " (check the rename rules)");
-      renamed_.emplace(name, std::move(to));
-    }
-    const auto none = [&](const char* what, const std::string& pattern) {
-      report_error(op_ + ": " + what + " " + quote_name(pattern) + " matches no parameter of the sources (" +
-                   std::to_string(all.size()) + " parameters; `reshard inspect` lists them)");
-    };
-    for (std::size_t i = 0; i < inc.size(); ++i)
-      if (!inc[i]) none("include pattern", nr.include[i]);
-    for (std::size_t i = 0; i < exc.size(); ++i)
-      if (!exc[i]) none("exclude pattern", nr.exclude[i]);
-    for (std::size_t i = 0; i < ren.size(); ++i)
-      if (!ren[i]) none("rename rule", nr.rename[i].first);
-    for (const auto& [from, to] : nr.rename_exact)
-      if (!all.count(from)) none("renamed parameter", from);
-    if (renamed_.empty()) report_error(op_ + ": the include and exclude patterns select no parameter");
+    if (opts_.names.empty()) return;
+    names_ = select_names(opts_.names, source_names(), op_);
     if (dst_.present())
-      for (const auto& [from, to] : renamed_)
+      for (const auto& [from, to] : names_->renamed)
         if (from != to && !dst_.find(to))
           report_error(op_ + ": parameter " + quote_name(from) + " is renamed " + quote_name(to) +
                        ", which the target strategy " + dst_.source() + " does not list");
   }
-  bool selected(std::string_view name) const { return !selecting_ || renamed_.count(name) != 0; }
+  bool selected(std::string_view name) const { return !names_ || names_->selected(name); }
   std::string_view output_name(std::string_view name) const {
-    if (!selecting_) return name;
-    const auto it = renamed_.find(name);
-    return it == renamed_.end() ? name : std::string_view(it->second);
+    return names_ ? names_->output_name(name) : name;
   }
   // it.out: the output name when it differs from the source's
   void name_item(out_item& it) const {
@@ -1191,7 +1064,7 @@ class transform_job {
 
   // The jobs asked for, or (0) one per core and at most one per target file.
   unsigned threads() const {
-    if (opts_.jobs != 0) return opts_.jobs;
+    if (exec_.jobs != 0) return exec_.jobs;
     return static_cast<unsigned>(std::clamp<std::size_t>(targets_.size(), 1, reshard::thread_count(0)));
   }
 
@@ -1679,7 +1552,8 @@ class transform_job {
         queue_.push_back(r);
         u.queued = true;
       }
-      const std::uint64_t budget = std::uint64_t{threads()} * std::max<std::uint64_t>(opts_.buffer_bytes, 1);
+      const std::uint64_t budget =
+          std::uint64_t{threads()} * std::max<std::uint64_t>(exec_.buffer_bytes, 1);
       while (resident_ > budget && !queue_.empty()) {
         const index_t k = queue_.front();
         queue_.pop_front();
@@ -1730,7 +1604,7 @@ class transform_job {
     if (to != e.type) {  // cast: in steps of whole elements, from the mapping into the buffer
       const std::size_t in = element_size(e.type), o = element_size(to);
       const std::uint64_t size = e.content_size();
-      const std::uint64_t step = std::max<std::uint64_t>(1, opts_.buffer_bytes / (in + o)) * in;
+      const std::uint64_t step = std::max<std::uint64_t>(1, exec_.buffer_bytes / (in + o)) * in;
       std::vector<std::uint64_t> starts;
       std::uint64_t at = 0;
       for (auto q : e.pieces) starts.push_back(at), at += q.size();
@@ -1795,7 +1669,7 @@ class transform_job {
     std::vector<std::byte> scratch;  // pread: a job's source range, when its runs are short
     std::vector<std::byte> staged;   // with a cast: the chunk in the source's dtype
     // chunks of at most buffer_bytes in the larger of the source's and the target's dtype
-    const std::uint64_t limit = opts_.buffer_bytes / std::max(elem, out_elem) * elem;
+    const std::uint64_t limit = exec_.buffer_bytes / std::max(elem, out_elem) * elem;
     for_each_chunk(tb.extent, elem, limit, [&](const box& local) {
       box c = local;
       for (std::size_t i = 0; i < c.offset.size(); ++i) c.offset[i] += tb.offset[i];
@@ -1869,7 +1743,7 @@ class transform_job {
       done();
     });
     out.end();
-    if (buffer.capacity() > opts_.buffer_bytes) std::vector<std::byte>().swap(buffer);
+    if (buffer.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(buffer);
   }
 
   // read_mode::pread: does copy job j (its source pointers in e's mapping, its destination the
@@ -1921,7 +1795,9 @@ class transform_job {
   transform_summary summary_;
   std::chrono::steady_clock::time_point start_{};
   bool checked_ = false, staged_ = false, committed_ = false;
-  transform_options opts_;
+  const transform_options opts_;
+  // the jobs and buffer run: opts_'s, or what fit_memory() fits into max_memory
+  execution_config exec_;
   std::string op_;
   index_t M_ = 1, N_ = 1;
   std::map<index_t, std::unique_ptr<checkpoint_reader>> readers_;
@@ -1944,15 +1820,13 @@ class transform_job {
   std::set<index_t> shape_hint_;
   bool collected_ = false;
   bool previewing_ = false;  // preview(): no CRC verification
-  bool selecting_ = false;   // name_rules given: renamed_ holds the selected parameters
-  std::map<std::string, std::string, std::less<>> renamed_;  // selected source name -> output name
+  std::optional<name_selection> names_;                      // with name_rules: the selection
   std::map<std::string, dtype, std::less<>> cast_to_;        // source name -> the dtype written (casts only)
-  std::set<std::string, std::less<>> cast_decided_;          // the parameters decide_cast() saw
+  std::set<std::string, std::less<>> cast_decided_;          // the parameters decide_item_cast() saw
   std::vector<std::size_t> named_hits_;                      // per dtype_rules::named glob: parameters matched
   std::vector<cast_record> cast_records_;
   std::size_t kept_dtypes_ = 0;                              // not floating point: kept under dtype_rules::all
   std::string kept_example_;
-  std::set<std::string, std::less<>> excluded_;              // the parameters the rules leave out
   std::unique_ptr<std::mutex> progress_mutex_ = std::make_unique<std::mutex>();
   std::uint64_t bytes_total_ = 0, bytes_done_ = 0;
   std::size_t files_done_ = 0;
