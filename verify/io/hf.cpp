@@ -291,6 +291,21 @@ TEST(hf, bad_directories_are_refused_naming_the_file) {
   bytes.resize(bytes.size() - 1);
   reshard_test::write_bytes(tmp / "t" / hf_shard_name(0, 3), bytes);
   refused(tmp / "t", hf_shard_name(0, 3));
+  // an index and a model.safetensors it does not list: ambiguous, refused (regression: the index
+  // was read, with no word, where other loaders read the single file)
+  write_three(tmp / "both");
+  fs::copy_file(tmp / "both" / hf_shard_name(0, 3), tmp / "both" / hf_single_name);
+  refused(tmp / "both", "holds both model.safetensors.index.json and model.safetensors, which the index does not list");
+  // ... but one the index lists is a shard like any other
+  {
+    const auto listed = nlohmann::json::parse(text);
+    auto wm = listed;
+    for (auto& [name, file] : wm["weight_map"].items())
+      if (file == hf_shard_name(0, 3)) file = std::string(hf_single_name);
+    fs::rename(tmp / "both" / hf_shard_name(0, 3), tmp / "both" / "gone");
+    reshard_test::write_text(tmp / "both" / hf_index_name, wm.dump());
+    EXPECT_EQ(checkpoint_reader(tmp / "both").entries().size(), 3u);
+  }
   // not a Hugging Face checkpoint
   fs::create_directories(tmp / "empty");
   EXPECT_TRUE(reshard_test::throws_error([&] { checkpoint_reader rd(tmp / "empty"); }, {"neither"}));

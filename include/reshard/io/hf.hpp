@@ -149,6 +149,12 @@ class hf_checkpoint {
       const auto b = f.bytes();
       weight_map = decode_hf_index(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()), index.string());
       for (const auto& [name, file] : weight_map) shard_names_.insert(file);
+      // a model.safetensors beside an index that does not list it: loaders differ on which one
+      // they read (the index, or the single file), so neither is guessed at
+      if (fs::exists(dir_ / hf_single_name, ec) && !shard_names_.count(std::string(hf_single_name)))
+        report_error(who + "holds both " + std::string(hf_index_name) + " and " + std::string(hf_single_name) +
+                     ", which the index does not list: which one is the checkpoint is ambiguous (remove the one "
+                     "that is stale)");
     } else if (fs::is_regular_file(dir_ / hf_single_name, ec)) {
       shard_names_.insert(std::string(hf_single_name));
     } else {
