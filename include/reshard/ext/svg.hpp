@@ -370,10 +370,15 @@ inline std::string draw_plan(const layout& src, const layout& dst, std::span<con
   double legend_top = draw_frames(w, pic, top);
   // transfers by receiver
   std::map<index_t, std::vector<std::size_t>> to;
+  const auto in_tensor = [&](const box& b) {  // a bad transfer (check_plan lists it) is not drawn
+    if (b.offset.size() != dst.shape.size() || b.extent.size() != dst.shape.size()) return false;
+    for (std::size_t d = 0; d < dst.shape.size(); ++d)
+      if (b.offset[d] < 0 || b.offset[d] > dst.shape[d] || b.extent[d] < 0 || b.extent[d] > dst.shape[d] - b.offset[d])
+        return false;
+    return true;
+  };
   for (std::size_t i = 0; i < xs.size(); ++i)
-    if (pd.has_rank(xs[i].dst) && xs[i].where.offset.size() == dst.shape.size() &&
-        xs[i].where.extent.size() == dst.shape.size())
-      to[xs[i].dst].push_back(i);
+    if (pd.has_rank(xs[i].dst) && in_tensor(xs[i].where)) to[xs[i].dst].push_back(i);
   constexpr std::size_t max_bands = 8;
   std::size_t drawn = 0, total = 0;
   std::vector<index_t> senders, buf;
@@ -433,7 +438,7 @@ inline std::string draw_plan(const layout& src, const layout& dst, std::span<con
   if (check)
     for (const plan_problem& q : check->problems) {
       auto it = bands.find(q.dst);
-      if (it == bands.end() || q.where.offset.size() != dst.shape.size()) continue;
+      if (it == bands.end() || !in_tensor(q.where)) continue;
       for (const band_at& ba : it->second) {
         const box hit = intersect(q.where, ba.b);
         if (volume(hit) == 0) continue;
