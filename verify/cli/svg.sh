@@ -29,7 +29,7 @@ while pos < len(data):
     pos += 12 + n
 bpp = 4 if colour == 6 else 3
 raw, stride, prev, rows = zlib.decompress(idat), w * bpp, bytearray(w * bpp), []
-for r in range(h):
+for r in range(y + 1):  # the rows up to y are enough
     f, line = raw[r * (stride + 1)], bytearray(raw[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
     for i in range(stride):
         a = line[i - bpp] if i >= bpp else 0
