@@ -432,7 +432,6 @@ inline std::string draw_plan(const layout& src, const layout& dst, std::span<con
                                                            : "")});
     }
   }
-  for (const auto& [r, s] : labels) w.label(r, s, s.substr(s.find(' ') + 1));  // or only the rank
   // problems in red
   std::size_t red = 0;
   if (check)
@@ -452,6 +451,8 @@ inline std::string draw_plan(const layout& src, const layout& dst, std::span<con
         }
       }
     }
+  // senders' labels over the red, so that they stay readable
+  for (const auto& [r, s] : labels) w.label(r, s, s.substr(s.find(' ') + 1));  // or only the rank
   // target boxes in bold, bands of replicated ones apart, each band named by its receiver
   for (const auto& [r, s] : outlines) {
     if (s.empty()) {
