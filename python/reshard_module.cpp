@@ -13,6 +13,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <reshard.hpp>
+#include <reshard/ext/svg.hpp>
 #include <reshard/io/strategy.hpp>
 #include <reshard/io/summary.hpp>
 #include <reshard/io/transform.hpp>
@@ -688,6 +689,7 @@ Layout.dtensor, Layout.jax and Layout.full.)")
           "rank"_a, "the piece of global rank `rank` as a tuple of slices: full[layout.slices(rank)]")
       .def("__eq__", [](const layout& a, const layout& b) { return a == b; })
       .def("__str__", [](const layout& l) { return reshard::to_string(l); })
+      .def("_repr_svg_", [](const layout& l) { return reshard::layout_svg(l); }, "a picture of the layout (SVG)")
       .def("__repr__", [](const layout& l) { return "Layout(" + reshard::to_string(l) + ")"; });
 
   // -- plans
@@ -715,6 +717,7 @@ Layout.dtensor, Layout.jax and Layout.full.)")
           },
           "element_bytes"_a = 1, "bytes crossing ranks, copied locally, the lower bound, messages, senders' load")
       .def("__len__", [](const reshard::transfer_plan& p) { return p.transfers.size(); })
+      .def("_repr_svg_", [](const reshard::transfer_plan& p) { return reshard::plan_svg(p); }, "a picture of the plan (SVG)")
       .def("__repr__", [](const reshard::transfer_plan& p) {
         return "Plan(" + reshard::to_string(p.src) + " -> " + reshard::to_string(p.dst) + ", " +
                std::to_string(p.transfers.size()) + " transfers)";

@@ -16,6 +16,7 @@ packages=(
   python3 python3-protobuf python3-numpy
   pybind11-dev python3-dev python3-pytest python3-hypothesis python3-tqdm
   strace util-linux
+  librsvg2-bin
 )
 
 missing=()

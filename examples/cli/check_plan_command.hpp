@@ -16,6 +16,7 @@ inline command add_check_plan_command(CLI::App& app) {
     std::string src, dst, plan, dtype = "float32";
     std::size_t max_problems = 20;
     bool json = false;
+    svg_output svg;
   };
   auto o = std::make_shared<options>();
   CLI::App* sub = app.add_subcommand(
@@ -31,6 +32,7 @@ inline command add_check_plan_command(CLI::App& app) {
   add_element_dtype_option(sub, o->dtype);
   sub->add_option("--max-problems", o->max_problems, "problems listed at most (all are counted; default 20)");
   sub->add_flag("--json", o->json, "print the verdict as JSON {\"ok\", \"complete\", \"sound\", \"problems\", ...}");
+  o->svg.add_to(sub, "the plan, its holes and doubly covered boxes in red");
   sub->footer(
       "Exit status: 0 for a correct plan, 1 for a wrong one (or bad input), 2 for bad usage.\n"
       "Example:\n"
@@ -50,7 +52,9 @@ inline command add_check_plan_command(CLI::App& app) {
               report_error("--src and --dst describe different tensors: shape " + to_string(src.shape) + " vs " +
                            to_string(dst.shape));
             const std::vector<transfer> xs = transfers_from_json(j, what);
-            const plan_check r = check_plan(src, dst, xs, {o->max_problems, dtype_bytes(o->dtype, "--dtype")});
+            const index_t elem = dtype_bytes(o->dtype, "--dtype");
+            const plan_check r = check_plan(src, dst, xs, {o->max_problems, elem});
+            o->svg.write(o->svg.file.empty() ? std::string() : check_plan_svg(src, dst, xs, r, o->svg.options(src.shape, elem)));
             if (o->json) {
               print_json(std::cout, to_json(r));
             } else {

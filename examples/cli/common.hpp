@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cctype>
+#include <charconv>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -21,7 +22,9 @@
 
 #include "reshard.hpp"
 #include "reshard/ext/json.hpp"
+#include "reshard/ext/svg.hpp"
 #include "reshard/io/input_file.hpp"
+#include "reshard/io/mapped_file.hpp"
 
 namespace reshard::cli {
 
@@ -155,18 +158,7 @@ inline std::optional<std::uint64_t> parse_size(std::string_view text) {
 }
 
 /// Ranks as ranges: `0-3,8,10-11`.
-inline std::string format_ranks(const std::vector<index_t>& ranks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!s.empty()) s += ',';
-    s += std::to_string(ranks[i]);
-    if (j > i) s += (j == i + 1 ? "," : "-") + std::to_string(ranks[j]);
-    i = j + 1;
-  }
-  return s;
-}
+inline std::string format_ranks(const std::vector<index_t>& ranks) { return detail::svg::ranks_text(ranks); }
 
 /// Left-pads `s` to `width` columns.
 inline std::string pad_left(const std::string& s, std::size_t width) {
@@ -182,5 +174,45 @@ inline constexpr const char* layout_help =
     "{\"dev_matrix\":[2,4],\"tensor_map\":[1,-1],\"shape\":[8,4]} plus optional "
     "\"opt_shard\":{\"step\":s,\"size\":n}, \"stage\":k, \"split\":\"divisible|chunk|balanced\", "
     "\"split_sizes\":[..]";
+
+/// The --svg FILE and --svg-dims I,J options of a subcommand that draws a picture (ext/svg.hpp).
+struct svg_output {
+  std::string file, dims;
+
+  void add_to(CLI::App* sub, const std::string& what) {
+    sub->add_option("--svg", file, "also write a picture of " + what + " to FILE, as SVG (replaced atomically)");
+    sub->add_option("--svg-dims", dims,
+                    "the tensor dims the picture draws as rows and columns, I,J (default: the first two dims "
+                    "with extent > 1, or the last two); the other dims become one panel per slice");
+  }
+  /// The picture's options for a tensor of `shape`; a bad --svg-dims is an error naming it.
+  svg_options options(const index_list& shape, index_t element_bytes = 1) const {
+    svg_options o;
+    o.element_bytes = element_bytes;
+    if (dims.empty()) return o;
+    const auto bad = [&](const std::string& why) { report_error("--svg-dims " + dims + ": " + why); };
+    const auto comma = dims.find(',');
+    if (comma == std::string::npos) bad("expected two dims I,J");
+    int d[2] = {-1, -1};
+    const std::string part[2] = {dims.substr(0, comma), dims.substr(comma + 1)};
+    for (int k = 0; k < 2; ++k) {
+      const char* b = part[k].data();
+      const auto [end, ec] = std::from_chars(b, b + part[k].size(), d[k]);
+      if (ec != std::errc{} || end != b + part[k].size() || part[k].empty()) bad("\"" + part[k] + "\" is not a dim");
+      if (d[k] < 0 || static_cast<std::size_t>(d[k]) >= shape.size())
+        bad("dim " + part[k] + " is not a dim of the tensor (it has " + std::to_string(shape.size()) + ")");
+    }
+    if (d[0] == d[1]) bad("the two dims must differ");
+    o.row_dim = d[0], o.col_dim = d[1];
+    return o;
+  }
+  /// Writes `svg` to the --svg file, if one was given.
+  void write(const std::string& svg) const {
+    if (file.empty()) return;
+    io::atomic_file_writer out(file, true, "--svg");
+    out.write(svg);
+    out.commit();
+  }
+};
 
 }  // namespace reshard::cli

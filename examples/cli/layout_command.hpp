@@ -14,18 +14,21 @@ inline command add_layout_command(CLI::App& app) {
   struct options {
     std::string layout;
     bool json = false;
+    svg_output svg;
   };
   auto o = std::make_shared<options>();
   CLI::App* sub = app.add_subcommand(
       "layout", "Show the box of the tensor each rank holds, and the replica groups");
   sub->add_option("--layout,-l", o->layout, std::string("the layout ") + layout_help)->required();
   sub->add_flag("--json", o->json, "print JSON {\"ranks\":[...],\"replica_groups\":[...]}");
+  o->svg.add_to(sub, "the layout (each rank's box, coloured by rank)");
   sub->footer(
       "Example:\n"
       "  reshard layout --layout '{\"dev_matrix\":[2,4],\"tensor_map\":[1,-1],\"shape\":[8,4]}'");
 
   return {sub, [o] {
             const layout l = read_layout(o->layout, "--layout");
+            o->svg.write(o->svg.file.empty() ? std::string() : layout_svg(l, o->svg.options(l.shape)));
             const nlohmann::json report = layout_report(l);
             std::ostream& out = std::cout;
             if (o->json) {

@@ -13,6 +13,7 @@ inline command add_plan_command(CLI::App& app) {
   struct options {
     std::string src, dst, dtype = "float32";
     bool json = false, summary = false;
+    svg_output svg;
   };
   auto o = std::make_shared<options>();
   CLI::App* sub = app.add_subcommand(
@@ -23,6 +24,7 @@ inline command add_plan_command(CLI::App& app) {
   sub->add_flag("--json", o->json,
                 "print JSON {\"transfers\":[...],\"cross_bytes\":n,\"local_bytes\":n,...}");
   sub->add_flag("--summary", o->summary, "print the cost only, not every transfer");
+  o->svg.add_to(sub, "the plan (each target box cut into the pieces it receives, coloured by sender)");
   sub->footer(
       "Example (8 ranks to 4):\n"
       "  reshard plan --src '{\"dev_matrix\":[2,4],\"tensor_map\":[1,-1],\"shape\":[8,4]}' \\\n"
@@ -36,6 +38,7 @@ inline command add_plan_command(CLI::App& app) {
               report_error("--src and --dst describe different tensors: shape " +
                            to_string(src.shape) + " vs " + to_string(dst.shape));
             const transfer_plan p = plan(src, dst);
+            o->svg.write(o->svg.file.empty() ? std::string() : plan_svg(p, o->svg.options(src.shape, elem)));
             std::ostream& out = std::cout;
             if (o->json) {
               nlohmann::json j = to_json(p, elem);
