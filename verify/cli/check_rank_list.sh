@@ -4,7 +4,8 @@
 # target's, computed here from the scenario's layouts) is sufficient and not minimal, and names
 # rank-list's list, itself sufficient; the ranks kept suffice for transform-rank (the same bytes
 # as transform), and without any one of them the list is insufficient and names what is missing
-# (for target 1 the kept [0,1,2,3] is shorter than rank-list's [0,1,2,3,6,7]); bad input exits 1,
+# (for target 1 the kept [0,1,2,3] is shorter than rank-list's [0,1,2,3,6,7]); the kept ranks
+# of all eight suffice likewise for a merged pipeline source and a JSON target; bad input exits 1,
 # bad usage 2.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
@@ -91,4 +92,24 @@ expect_error "a target rank outside the target" 1 "target rank 4 is not a rank o
 expect_error "--ranks not JSON" 1 "--ranks" check-rank-list --rank 0 --ranks '[0,' "${strategies[@]}"
 expect_error "--ranks not a list of ranks" 1 "ranks[1]" check-rank-list --rank 0 --ranks '[0,-1]' "${strategies[@]}"
 expect_error "--ranks missing" 2 "--ranks" check-rank-list --rank 0 "${strategies[@]}"
+
+# a merged 2-stage pipeline source and a JSON target strategy: with every source rank listed, the
+# ranks kept suffice for transform-rank, for every target
+for sc in pipeline_to4 infer_8to4; do
+  scenario "$sc"
+  if [[ $sc == pipeline_to4 ]]; then run merge-strategies --src-dir "$d/stages" --dst-file "$d/merged_strategy.ckpt"; fi
+  run transform --src-dir "$d/src" --dst-dir "$d/out" "${strategies[@]}"
+  [[ $rc -eq 0 ]] || fail "$sc: transform" "stderr: $err"
+  for t in 0 1 2 3; do
+    run check-rank-list --rank "$t" --ranks '[0,1,2,3,4,5,6,7]' "${strategies[@]}" --json
+    kept=$("$PY" -c "import json,sys; j=json.loads(sys.argv[1]); print(' '.join(map(str, j['kept'])) if j['sufficient'] else '')" "$out")
+    files=()
+    for r in $kept; do files+=("$r=$d/src/rank_$r/net.ckpt"); done
+    run transform-rank --rank "$t" --checkpoint "${files[@]}" --out "$d/kept/rank_$t/checkpoint_$t.ckpt" "${strategies[@]}"
+    if [[ -n $kept && $rc -eq 0 ]] && cmp -s "$d/out/rank_$t/checkpoint_$t.ckpt" "$d/kept/rank_$t/checkpoint_$t.ckpt"; then pass; else
+      fail "$sc target $t: transform-rank from the kept ranks [$kept] writes what transform does" "exit code $rc" "stderr: $err"
+    fi
+  done
+done
+
 finish
