@@ -27,7 +27,7 @@ inline command add_check_rank_list_command(CLI::App& app) {
                          "for every parameter, its superfluous ranks, and reshard's list");
   sub->add_option("--rank", o->rank, "the target rank")->required()->check(check_rank);
   sub->add_option("--ranks", o->ranks,
-                  "the source ranks, a JSON array ('[0,1,2,3]') or @file.json (- = standard input) holding one "
+                  "the source ranks, a JSON array ('[0,1,2,3]') or @file.json (@- = standard input) holding one "
                   "or {\"ranks\": [...]}")
       ->required();
   sub->add_option("--src-strategy", o->src_strategy, "the source strategy file; none = unsplit on one rank");
