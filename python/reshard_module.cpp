@@ -13,6 +13,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <reshard.hpp>
+#include <reshard/ext/json.hpp>
 #include <reshard/ext/svg.hpp>
 #include <reshard/io/strategy.hpp>
 #include <reshard/io/summary.hpp>
@@ -265,10 +266,10 @@ auto run_workflow(run_state& st, F&& f) -> decltype(f()) {
 // ---------------------------------------------------------------------------------------------
 // checkpoint workflows
 
-// The summary as a dict: the library's JSON of it (io::to_json), every field by name.
-py::dict summary_dict(const reshard::io::transform_summary& s) {
-  return py::module_::import("json").attr("loads")(reshard::io::to_json(s).dump());
-}
+// The library's JSON of a result (a summary, a verdict) as a dict, every field by name.
+py::dict json_dict(const nlohmann::json& j) { return py::module_::import("json").attr("loads")(j.dump()); }
+
+py::dict summary_dict(const reshard::io::transform_summary& s) { return json_dict(reshard::io::to_json(s)); }
 
 // The library's options from the keyword arguments that python/reshard/__init__.py checked and
 // put in `opts`: {"format": "ckpt" | "safetensors" | "hf", "max_shard_bytes": int, "include":
@@ -559,6 +560,37 @@ py::array transfers_array(const reshard::transfer_plan& p) {
   return a;
 }
 
+// A plan's transfers from Python: Plan.transfers' structured array (src, dst, offset, extent), or
+// a list of dicts {"src", "dst", "offset", "shape"} read as a plan's JSON is (transfers_from_json).
+std::vector<reshard::transfer> transfers_of(const py::object& xs) {
+  py::object names = py::none();
+  if (py::hasattr(xs, "dtype")) names = xs.attr("dtype").attr("names");
+  if (names.is_none())
+    return reshard::transfers_from_json(
+        reshard::json_of_text(py::module_::import("json").attr("dumps")(xs).cast<std::string>(), "transfers"),
+        "transfers");
+  using ints = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
+  const auto field = [&](const char* name) {
+    for (const auto& n : names)
+      if (n.cast<std::string>() == name) return ints(xs[py::str(name)]);
+    throw py::value_error(std::string("transfers: a structured array needs the fields src, dst, offset, extent "
+                                      "(as Plan.transfers), it lacks '") + name + "'");
+  };
+  const ints src = field("src"), dst = field("dst"), off = field("offset"), ext = field("extent");
+  const auto n = static_cast<std::size_t>(src.size());
+  const std::size_t nd = off.ndim() == 2 ? static_cast<std::size_t>(off.shape(1)) : 0;
+  if (src.ndim() != 1 || off.size() != ext.size() || static_cast<std::size_t>(off.size()) != n * nd)
+    throw py::value_error("transfers: a structured array of shape (n,) with offset and extent of shape (n, ndim)");
+  std::vector<reshard::transfer> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i].src = src.data()[i];
+    out[i].dst = dst.data()[i];
+    out[i].where.offset = index_list(off.data() + i * nd, off.data() + (i + 1) * nd);
+    out[i].where.extent = index_list(ext.data() + i * nd, ext.data() + (i + 1) * nd);
+  }
+  return out;
+}
+
 reshard::replica_policy policy_of(const std::string& s) {
   if (s == "least_loaded") return reshard::replica_policy::least_loaded;
   if (s == "round_robin") return reshard::replica_policy::round_robin;
@@ -736,6 +768,30 @@ Layout.dtensor, Layout.jax and Layout.full.)")
       "rank_list",
       [](const layout& src, const layout& dst, index_t rank) { return reshard::rank_list(src, dst, rank); },
       "src"_a, "dst"_a, "rank"_a, "The minimal source ranks target rank `rank` needs, ascending.");
+  m.def(
+      "check_plan",
+      [](const layout& src, const layout& dst, const py::object& transfers, index_t element_bytes,
+         std::size_t max_problems) {
+        const auto xs = transfers_of(transfers);
+        reshard::plan_check r;
+        {
+          const py::gil_scoped_release release;
+          r = reshard::check_plan(src, dst, xs, {max_problems, element_bytes});
+        }
+        return json_dict(reshard::to_json(r));
+      },
+      "src"_a, "dst"_a, "transfers"_a, py::kw_only(), "element_bytes"_a = 1, "max_problems"_a = 100,
+      "The verdict on a plan from src to dst made by any system (transfers: Plan.transfers, or a list of dicts "
+      "{'src', 'dst', 'offset', 'shape'}), as `reshard check-plan --json` prints it: ok, complete, sound, "
+      "problems, cost beside the minimal plan's.");
+  m.def(
+      "check_rank_list",
+      [](const layout& src, const layout& dst, index_t rank, const std::vector<index_t>& ranks) {
+        return json_dict(reshard::to_json(reshard::check_rank_list(src, dst, rank, ranks)));
+      },
+      "src"_a, "dst"_a, "rank"_a, "ranks"_a,
+      "Is `ranks` (source ranks) enough for target rank `rank`: sufficient, minimal_list, uncovered boxes, "
+      "superfluous ranks, kept ranks, and rank_list's minimal one.");
   m.def("convert", &convert, "plan"_a, "shards"_a, py::kw_only(), "threads"_a = 1,
         "Executes `plan` on numpy arrays: shards[i] is source rank first_rank+i's piece (any dtype, C-contiguous, "
         "not copied; None where the plan does not read it). Returns the target ranks' pieces. The GIL is released "
@@ -781,6 +837,18 @@ Layout.dtensor, Layout.jax and Layout.full.)")
         return reshard::io::rank_list_for_transform(rank, src, dst);
       },
       "rank"_a, "src_strategy"_a, "dst_strategy"_a);
+  m.def(
+      "_check_rank_list_for_transform",
+      [](std::int64_t rank, const std::vector<std::int64_t>& ranks, const path& src, const path& dst) {
+        reshard::io::transform_rank_list_check r;
+        {
+          const py::gil_scoped_release release;
+          r = reshard::io::check_rank_list_for_transform(rank, ranks, reshard::io::strategy_layouts(src),
+                                                         reshard::io::strategy_layouts(dst));
+        }
+        return json_dict(reshard::io::to_json(r));
+      },
+      "rank"_a, "ranks"_a, "src_strategy"_a, "dst_strategy"_a);
   m.def(
       "_merge_pipeline_strategies",
       [](const path& src_dir, const path& dst_file, bool force) {

@@ -9,6 +9,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -216,4 +217,138 @@ TEST(CheckPlan, ReportsTheHoleTheOverlapAndTheSender) {
 
 TEST(CheckPlan, LayoutsOfDifferentShapesAreAnError) {
   EXPECT_THROW((void)check_plan(mindspore_layout({2}, {0}, {8}), mindspore_layout({2}, {0}, {6}), {}), reshard::error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// check_rank_list
+
+namespace {
+
+// A rank list for target t: a random subset of the source ranks, half the time grown from
+// rank_list's minimal one.
+std::vector<index_t> some_rank_list(const layout& src, const layout& dst, index_t t) {
+  std::vector<index_t> out;
+  if (*rc::gen::inRange(0, 2) == 0) out = rank_list(src, dst, t);
+  const index_t m = num_ranks(src);
+  const int keep = *rc::gen::inRange(0, 4);  // in quarters: how many of the other ranks to list
+  for (index_t r = src.first_rank; r < src.first_rank + m; ++r)
+    if (*rc::gen::inRange(0, 4) < keep) out.push_back(r);
+  return out;
+}
+
+// Every element of box_of(dst, t) lies in the source box of some rank of `ranks`.
+bool covers_by_elements(const layout& src, const layout& dst, index_t t, const std::vector<index_t>& ranks) {
+  const box tb = box_of(dst, t);
+  if (volume(tb) == 0) return true;
+  std::vector<box> held;
+  for (index_t r : ranks) held.push_back(box_of(src, r));
+  const std::size_t nd = tb.offset.size();
+  index_list at = tb.offset;
+  while (true) {
+    bool found = false;
+    for (const box& b : held) {
+      bool in = true;
+      for (std::size_t i = 0; in && i < nd; ++i) in = at[i] >= b.offset[i] && at[i] < b.offset[i] + b.extent[i];
+      if (in) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) return false;
+    std::size_t d = nd;
+    while (d > 0) {
+      --d;
+      if (++at[d] < tb.offset[d] + tb.extent[d]) break;
+      at[d] = tb.offset[d];
+      if (d == 0) return true;
+    }
+    if (nd == 0) return true;
+  }
+}
+
+}  // namespace
+
+RC_GTEST_PROP(CheckRankList, ReshardsOwnListIsSufficientAndMinimal, (const layout_pair& lp)) {
+  const index_t t = lp.dst.first_rank + *rc::gen::inRange<index_t>(0, num_ranks(lp.dst));
+  const auto mine = rank_list(lp.src, lp.dst, t);
+  const auto r = check_rank_list(lp.src, lp.dst, t, mine);
+  RC_ASSERT(r.sufficient);
+  RC_ASSERT(r.uncovered.empty());
+  RC_ASSERT(r.superfluous.empty());
+  RC_ASSERT(r.is_minimal());
+  RC_ASSERT(r.kept == mine);
+  RC_ASSERT(r.minimal == mine);
+}
+
+RC_GTEST_PROP(CheckRankList, SufficientExactlyWhenAPlanFromTheListedRanksExists, (const layout_pair& lp)) {
+  const index_t t = lp.dst.first_rank + *rc::gen::inRange<index_t>(0, num_ranks(lp.dst));
+  const auto ranks = some_rank_list(lp.src, lp.dst, t);
+  const auto r = check_rank_list(lp.src, lp.dst, t, ranks);
+  // reshard's plan, with each transfer to t sent by a listed rank holding its box (the kept one)
+  // or dropped when no listed rank holds it
+  std::vector<transfer> xs;
+  for (transfer x : plan(lp.src, lp.dst).transfers) {
+    if (x.dst == t) {
+      x.src = -1;
+      for (index_t s : r.kept)
+        if (volume(intersect(box_of(lp.src, s), x.where)) == volume(x.where)) x.src = s;
+      if (x.src < 0) continue;
+    }
+    xs.push_back(x);
+  }
+  const auto c = check_plan(lp.src, lp.dst, xs);
+  RC_ASSERT(c.ok() == r.sufficient);
+  // the holes check_plan finds are the uncovered boxes
+  index_t holes = 0, uncovered = 0;
+  for (const auto& p : c.problems) holes += volume(p.where);
+  for (const box& b : r.uncovered) uncovered += volume(b);
+  if (c.problems.size() == c.problem_count) RC_ASSERT(holes == uncovered);
+}
+
+RC_GTEST_PROP(CheckRankList, AgreesWithTheElementByElementCheck, (const layout_pair& lp)) {
+  const index_t t = lp.dst.first_rank + *rc::gen::inRange<index_t>(0, num_ranks(lp.dst));
+  auto ranks = some_rank_list(lp.src, lp.dst, t);
+  const auto r = check_rank_list(lp.src, lp.dst, t, ranks);
+  RC_ASSERT(r.sufficient == covers_by_elements(lp.src, lp.dst, t, ranks));
+  // kept and superfluous split the list; the kept ranks cover as much as the list, and each is needed
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::vector<index_t> both = r.kept;
+  both.insert(both.end(), r.superfluous.begin(), r.superfluous.end());
+  std::sort(both.begin(), both.end());
+  RC_ASSERT(both == ranks);
+  if (r.sufficient) {
+    RC_ASSERT(covers_by_elements(lp.src, lp.dst, t, r.kept));
+    for (std::size_t i = 0; i < r.kept.size(); ++i) {
+      auto less = r.kept;
+      less.erase(less.begin() + static_cast<std::ptrdiff_t>(i));
+      RC_ASSERT(!covers_by_elements(lp.src, lp.dst, t, less));
+    }
+  }
+}
+
+TEST(CheckRankList, ReportsTheMissingBoxAndTheSuperfluousRanks) {
+  // 8 x 4 in 2 row blocks, each held by 2 of 4 ranks, to 2 ranks: target 0 needs rows 0..3 only
+  const layout a = mindspore_layout({2, 2}, {1, -1}, {8, 4});
+  const layout b = mindspore_layout({2}, {0, -1}, {8, 4});
+  const std::vector<index_t> all{0, 1, 2, 3};
+  auto r = check_rank_list(a, b, 0, all);
+  EXPECT_TRUE(r.sufficient);
+  EXPECT_EQ(r.minimal, rank_list(a, b, 0));
+  EXPECT_EQ(r.kept, r.minimal);
+  EXPECT_EQ(r.superfluous.size(), 3u);  // the other owner of rows 0..3, and both of rows 4..7
+  EXPECT_FALSE(r.is_minimal());
+  // without the owners of rows 0..3: that box is missing
+  std::vector<index_t> owners_of_top;
+  for (index_t s : all)
+    if (box_of(a, s).offset[0] == 0) owners_of_top.push_back(s);
+  std::vector<index_t> rest;
+  for (index_t s : all)
+    if (std::find(owners_of_top.begin(), owners_of_top.end(), s) == owners_of_top.end()) rest.push_back(s);
+  r = check_rank_list(a, b, 0, rest);
+  EXPECT_FALSE(r.sufficient);
+  ASSERT_EQ(r.uncovered.size(), 1u);
+  EXPECT_EQ(r.uncovered[0], (box{{0, 0}, {4, 4}}));
+  EXPECT_THROW((void)check_rank_list(a, b, 0, std::vector<index_t>{7}), reshard::error);
+  EXPECT_THROW((void)check_rank_list(a, b, 2, all), reshard::error);
 }

@@ -313,9 +313,9 @@ TEST(ToJson, Plan8to4) {
   const json j = to_json(plan(src, dst), 4);
   std::vector<std::string> keys;
   for (const auto& item : j.items()) keys.push_back(item.key());
-  EXPECT_EQ(keys, (std::vector<std::string>{"cross_bytes", "local_bytes", "lower_bound_bytes",
+  EXPECT_EQ(keys, (std::vector<std::string>{"cross_bytes", "dst", "local_bytes", "lower_bound_bytes",
                                              "max_sent_bytes", "mean_sent_bytes", "messages",
-                                             "transfers"}));
+                                             "plan_version", "src", "transfers"}));
   EXPECT_EQ(j["cross_bytes"], 64);
   EXPECT_EQ(j["local_bytes"], 64);
   EXPECT_EQ(j["lower_bound_bytes"], 64);

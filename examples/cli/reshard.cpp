@@ -22,6 +22,7 @@
 #endif
 
 #include "check_plan_command.hpp"
+#include "check_rank_list_command.hpp"
 #include "common.hpp"
 #include "convert_command.hpp"
 #include "inspect_command.hpp"
@@ -55,6 +56,7 @@ int run(int argc, char** argv) {
       cli::add_transform_command(app),
       cli::add_transform_rank_command(app),
       cli::add_rank_list_command(app),
+      cli::add_check_rank_list_command(app),
       cli::add_merge_strategies_command(app),
       cli::add_inspect_command(app),
       cli::add_merge_command(app),

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <queue>
 #include <span>
@@ -297,6 +298,73 @@ inline plan_check check_plan(const layout& src, const layout& dst, std::span<con
   validate(dst, "check_plan: target layout");
   detail::expect_same_shape(src, dst, "check_plan");
   return detail::plan_checker(src, dst, transfers, o).run();
+}
+
+
+/// The verdict on a rank list: the source ranks whose data target rank `target` will read
+/// (MindSpore's rank list for one tensor), against the two layouts.
+struct rank_list_check {
+  bool sufficient = true;            ///< the listed ranks' boxes in src cover box_of(dst, target)
+  std::vector<box> uncovered;        ///< the parts of the target box no listed rank holds, one per source region
+  std::vector<index_t> superfluous;  ///< listed ranks that can all be dropped together, ascending
+  std::vector<index_t> kept;         ///< the listed ranks that are not superfluous, ascending
+  std::vector<index_t> minimal;      ///< rank_list(src, dst, target): reshard's minimal list
+  bool is_minimal() const noexcept { return sufficient && superfluous.empty(); }
+};
+
+/// Checks `ranks` (in any order, repeats ignored) as the source ranks target rank `target` reads.
+/// The regions of src that meet box_of(dst, target) must each have an owner in the list
+/// (sufficient; else `uncovered` holds each such region's part of the target box). A listed rank
+/// is superfluous when its region does not meet the target box, or when another listed rank is
+/// kept for its region: per region one owner is kept, the one rank_list picks if listed, else
+/// the first listed in `prefer`, else the lowest. So dropping every superfluous rank at once
+/// leaves a list just as sufficient, with one rank per region it covers.
+//   @post r.sufficient == (every element of box_of(dst, target) lies in box_of(src, s) for some
+//         listed s)
+//   @post r.sufficient == a plan whose transfers to `target` come only from listed ranks exists
+//   @post check_rank_list(src, dst, t, rank_list(src, dst, t)).is_minimal()
+// @throws reshard::error for invalid layouts of different shapes, a target that is not a rank of
+//         dst, or a listed rank that is not a rank of src
+inline rank_list_check check_rank_list(const layout& src, const layout& dst, index_t target,
+                                       std::span<const index_t> ranks, std::span<const index_t> prefer = {}) {
+  validate(src, "check_rank_list: source layout");
+  validate(dst, "check_rank_list: target layout");
+  detail::expect_same_shape(src, dst, "check_rank_list");
+  detail::expect_rank(dst, target, "check_rank_list");
+  const rank_planner rp(src, dst, partition::mode::arithmetic);
+  const partition& gs = rp.source();
+  std::vector<index_t> listed(ranks.begin(), ranks.end());
+  std::sort(listed.begin(), listed.end());
+  listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
+  for (index_t r : listed)
+    if (!gs.has_rank(r))
+      report_error("check_rank_list: rank " + std::to_string(r) + " is not a rank of the source layout (" +
+                   std::to_string(gs.first_rank) + ".." + std::to_string(gs.first_rank + gs.ranks - 1) + ")");
+  const auto is_listed = [&](index_t r) { return std::binary_search(listed.begin(), listed.end(), r); };
+  rank_list_check out;
+  std::vector<transfer> xs;
+  rp.receives(target, xs);  // per source region meeting the target box: its piece and rank_list's pick
+  std::vector<index_t> buf;
+  for (const transfer& x : xs) {
+    out.minimal.push_back(x.src);
+    index_t keep = is_listed(x.src) ? x.src : -1;
+    const std::span<const index_t> owners = gs.owners_of(gs.region_of(x.src), buf);
+    for (std::size_t i = 0; keep < 0 && i < prefer.size(); ++i)
+      if (is_listed(prefer[i]) && std::find(owners.begin(), owners.end(), prefer[i]) != owners.end()) keep = prefer[i];
+    for (std::size_t i = 0; keep < 0 && i < owners.size(); ++i)
+      if (is_listed(owners[i])) keep = owners[i];
+    if (keep < 0) {
+      out.sufficient = false;
+      out.uncovered.push_back(x.where);
+    } else {
+      out.kept.push_back(keep);
+    }
+  }
+  std::sort(out.minimal.begin(), out.minimal.end());
+  std::sort(out.kept.begin(), out.kept.end());
+  std::set_difference(listed.begin(), listed.end(), out.kept.begin(), out.kept.end(),
+                      std::back_inserter(out.superfluous));
+  return out;
 }
 
 }  // namespace reshard

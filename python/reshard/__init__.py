@@ -7,6 +7,8 @@ The algebra (in memory, numpy arrays of any dtype):
                                                   Layout.full for the others
     plan(src, dst)                                a minimal plan: .transfers (numpy), .cost(bytes)
     rank_list(src, dst, rank)                     the source ranks a target rank needs
+    check_plan(src, dst, transfers)               the verdict on any system's plan, as a dict
+    check_rank_list(src, dst, rank, ranks)        is a rank list enough, which ranks are superfluous
     convert(plan, shards)                         executes a plan on numpy arrays
     split(full, layout), merge(shards, layout)    full tensor <-> pieces
 
@@ -15,6 +17,7 @@ Checkpoints, with MindSpore's function names, parameters and defaults:
     transform_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix, ...)
     transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_file_name, ...)
     rank_list_for_transform(rank_id, src_strategy_file=None, dst_strategy_file=None)
+    check_rank_list_for_transform(rank_id, rank_list, src_strategy_file=None, dst_strategy_file=None)
     merge_pipeline_strategys(src_strategy_dirs, dst_strategy_file)
 
 and load_checkpoint_by_rank (one target rank's parameters as numpy arrays, no file written),
@@ -49,6 +52,8 @@ from ._reshard import (  # noqa: F401
     Replicate,
     Shard,
     __version__,
+    check_plan,
+    check_rank_list,
     convert,
     merge,
     plan,
@@ -61,8 +66,9 @@ for _t in (Error, Layout, Plan, Progress, Replicate, Shard):
     _t.__module__ = "reshard"
 
 __all__ = [
-    "Error", "Layout", "Plan", "Progress", "Replicate", "Shard", "__version__", "convert", "merge", "plan",
-    "rank_list", "split", "transform_checkpoints", "transform_checkpoint_by_rank", "rank_list_for_transform",
+    "Error", "Layout", "Plan", "Progress", "Replicate", "Shard", "__version__", "check_plan", "check_rank_list",
+    "check_rank_list_for_transform", "convert", "merge", "plan", "rank_list", "split", "transform_checkpoints",
+    "transform_checkpoint_by_rank", "rank_list_for_transform",
     "merge_pipeline_strategys", "merge_pipeline_strategies", "load_checkpoint_by_rank", "merge_checkpoints",
     "split_checkpoint", "convert_checkpoint",
 ]
@@ -267,6 +273,17 @@ def rank_list_for_transform(rank_id, src_strategy_file=None, dst_strategy_file=N
     return _core._rank_list_for_transform(_int(rank_id, "rank_id", 0),
                                           _path(src_strategy_file, "src_strategy_file", True, True),
                                           _path(dst_strategy_file, "dst_strategy_file", True, True))
+
+
+def check_rank_list_for_transform(rank_id, rank_list, src_strategy_file=None, dst_strategy_file=None):
+    """The verdict on `rank_list` (MindSpore's: the source ranks whose checkpoints target rank
+    `rank_id` reads) against every parameter of the strategies, as `reshard check-rank-list
+    --json` prints it: sufficient, minimal_list, missing (parameters and boxes), superfluous,
+    kept (none of which can be spared) and rank_list (rank_list_for_transform's)."""
+    return _core._check_rank_list_for_transform(_int(rank_id, "rank_id", 0),
+                                                [_int(r, "rank_list entry", 0) for r in rank_list],
+                                                _path(src_strategy_file, "src_strategy_file", True, True),
+                                                _path(dst_strategy_file, "dst_strategy_file", True, True))
 
 
 def merge_pipeline_strategys(src_strategy_dirs, dst_strategy_file):

@@ -1,4 +1,4 @@
-// reshard/ext/json.hpp: layouts, plans and rank reports as JSON (opt-in; needs nlohmann_json).
+// reshard/ext/json.hpp: layouts, plans, rank lists and rank reports as JSON (opt-in; needs nlohmann_json).
 //
 // The layout JSON uses MindSpore's convention (tensor-map axes counted from the right end of the
 // device matrix, -1 = unsplit, a list = tuple entry with the leftmost axis outermost):
@@ -560,6 +560,26 @@ inline nlohmann::json to_json(const plan_check& r) {
           {"cost", figures(r.cost)},
           {"minimal", figures(r.minimal)},
           {"lower_bound_bytes", r.lower_bound_bytes}};
+}
+
+/// A rank list from JSON: an array of global rank ids ([0, 1, 2, ...]), or {"ranks": [...]}.
+inline std::vector<index_t> rank_list_from_json(const nlohmann::json& j, std::string_view what) {
+  const nlohmann::json& list = j.is_object() ? detail::json_require(j, what, {"ranks"}) : j;
+  const index_list l =
+      detail::json_int_list(list, what, "ranks", 0, detail::json_max_devices - 1, "a global rank id, 0 to 2^31 - 1");
+  return {l.begin(), l.end()};
+}
+
+/// A box as JSON: {"offset", "shape"}.
+inline nlohmann::json to_json(const box& b) { return {{"offset", b.offset}, {"shape", b.extent}}; }
+
+/// The verdict of check_rank_list as JSON: {"sufficient", "minimal_list" (sufficient with no
+/// superfluous rank), "uncovered": [{"offset", "shape"}...], "superfluous", "kept", "minimal"}.
+inline nlohmann::json to_json(const rank_list_check& r) {
+  nlohmann::json uncovered = nlohmann::json::array();
+  for (const box& b : r.uncovered) uncovered.push_back(to_json(b));
+  return {{"sufficient", r.sufficient},       {"minimal_list", r.is_minimal()}, {"uncovered", std::move(uncovered)},
+          {"superfluous", r.superfluous},     {"kept", r.kept},                 {"minimal", r.minimal}};
 }
 
 }  // namespace reshard
