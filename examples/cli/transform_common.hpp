@@ -175,9 +175,9 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
                 "the source files read and the bytes from each, the bytes written, the cross-rank bytes against "
                 "their lower bound, and a bound on the peak memory");
   sub->add_option("--plan-out", f.plan_out,
-                  "write the checkpoint plan to FILE as JSON (every target file, each parameter's copy or "
-                  "transfers, the totals; docs/formats.md) and nothing else: a dry run, no tensor data read; an "
-                  "existing FILE only with --force");
+                  "a dry run that also writes its checkpoint plan to FILE as JSON (every target file, each "
+                  "parameter's copy or transfers, the totals; docs/formats.md): no tensor data read, no output "
+                  "written; an existing FILE is replaced only with --force");
   sub->add_flag("--progress", f.progress, "show a progress bar on stderr (the default when stderr is a terminal)");
   sub->add_flag("--json", f.json, "print the summary as JSON");
 }
