@@ -468,7 +468,7 @@ class transform_job {
     if (opts_.dry_run) {
       transform_summary s;
       s.preview = preview();
-      s.plan = plan();
+      s.plan = std::exchange(plan_, std::nullopt);  // the plan the preview was computed from
       finish(s);
       s.synced = false;  // nothing was written
       return s;
@@ -1391,6 +1391,7 @@ class transform_job {
 
   // -- the plan (checkpoint_plan.hpp)
   checkpoint_plan make_plan() {
+    const std::uint64_t held = current_rss_bytes();  // before the plan: the run does not hold one
     checkpoint_plan pl;
     for (const auto& t : targets_) {
       plan_target& pt = pl.targets.emplace_back();
@@ -1420,7 +1421,7 @@ class transform_job {
     sum_plan(pl, [&](index_t r) { return files_.at(r); });
     pl.jobs = threads();
     pl.buffer_bytes = exec_.buffer_bytes;
-    pl.peak_memory_bound = current_rss_bytes() + pl.jobs * job().with_slack(exec_.buffer_bytes);
+    pl.peak_memory_bound = held + pl.jobs * job().with_slack(exec_.buffer_bytes);
     pl.casts = cast_records_;
     pl.warnings = warnings_;
     return pl;
