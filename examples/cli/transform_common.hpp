@@ -74,6 +74,7 @@ struct transform_flags {
   std::string max_shard_size;  // --format hf: empty = 5GB
   std::vector<std::string> include, exclude, rename, dtypes;
   std::string rename_map, manifest;
+  std::string plan_out;  // --plan-out: the plan's JSON, and a dry run
   bool format_given = false;  // --format was given (merge, convert)
   bool force = false, crc = false, no_verify_crc = false, no_sync = false, progress = false, json = false,
        dry_run = false;
@@ -173,6 +174,10 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
                 "write nothing: read the strategies and the sources' indexes, check, and print per target rank "
                 "the source files read and the bytes from each, the bytes written, the cross-rank bytes against "
                 "their lower bound, and a bound on the peak memory");
+  sub->add_option("--plan-out", f.plan_out,
+                  "a dry run that also writes its checkpoint plan to FILE as JSON (every target file, each "
+                  "parameter's copy or transfers, the totals; docs/formats.md): no tensor data read, no output "
+                  "written; an existing FILE is replaced only with --force");
   sub->add_flag("--progress", f.progress, "show a progress bar on stderr (the default when stderr is a terminal)");
   sub->add_flag("--json", f.json, "print the summary as JSON");
 }
@@ -233,7 +238,7 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
     o.jobs = std::max(1u, reshard::thread_count(0) / static_cast<unsigned>(std::max(local, 1)));
   }
   o.force = f.force;
-  o.dry_run = f.dry_run;
+  o.dry_run = f.dry_run || !f.plan_out.empty();
   o.digests = !f.manifest.empty();
   o.names.include = f.include;
   o.names.exclude = f.exclude;
@@ -257,8 +262,9 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
       o.casts.all = t;
     }
   }
-  if (f.dry_run && processes().launched && processes().size > 1)
-    throw CLI::ValidationError("--dry-run", "not under mpirun: run it as one process (the plan is the same)");
+  if (o.dry_run && processes().launched && processes().size > 1)
+    throw CLI::ValidationError(f.dry_run ? "--dry-run" : "--plan-out",
+                               "not under mpirun: run it as one process (the plan is the same)");
   o.crc = f.crc;
   o.verify_crc = !f.no_verify_crc;
   o.sync = !f.no_sync;
@@ -328,6 +334,11 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
   const bool json = f.json;
   for (const auto& w : s.warnings) std::cerr << prog << ": warning: " << w << '\n';
   if (!s.preview && !f.manifest.empty()) io::write_manifest(f.manifest, s.written, f.force);
+  if (s.plan && !f.plan_out.empty()) {  // staged and renamed into place: whole or not at all
+    io::atomic_file_writer w(f.plan_out, f.force, "--plan-out");
+    w.write(io::to_json(*s.plan).dump(1) + "\n");
+    w.commit();
+  }
   if (json) {  // the library's JSON of the summary (or of the dry run's preview)
     nlohmann::json j = io::to_json(s);
     if (!s.preview && !f.manifest.empty()) j["manifest"] = f.manifest;

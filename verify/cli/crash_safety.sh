@@ -106,7 +106,7 @@ check_killed() {
     fi
     base=${rel##*/}
     final=${base%%.reshard-*}
-    if [[ $base =~ ^checkpoint_[0-9]+\.(ckpt|safetensors)\.reshard-[0-9]+\.(part|[0-9]+\.tmp|part\.reshard-[0-9]+\.[0-9]+\.tmp)$ &&
+    if [[ $base =~ ^checkpoint_[0-9]+\.(ckpt|safetensors)\.reshard-[0-9]+\.[0-9]+\.(part|tmp|part\.reshard-[0-9]+\.[0-9]+\.tmp)$ &&
       -f ${ref[$fmt]}/${rel%/*}/$final && $base != *.ckpt && $base != *.safetensors ]]; then
       continue
     fi

@@ -1,4 +1,5 @@
-// verify/io/engine_plans.cpp: the checkpoint engine executes the core's plans (law E1).
+// verify/io/engine_plans.cpp: the checkpoint engine executes the core's plans (law E1), and its
+// checkpoint plan is what the dry run reports and the run does (laws E2, E3).
 //
 // Random MindSpore strategies (tuple maps, optimizer sharding, uneven param_split_shape, pipeline
 // stages on either side, any M and N) are written as real files whose every element says which
@@ -462,4 +463,120 @@ RC_GTEST_PROP(engine_plans, casts_are_cast_elements_of_the_plain_outputs, ()) {
       if (t == m) RC_ASSERT(loaded.at(x.name) == out);
     }
   }
+}
+
+// The checkpoint plan is what the dry run reports and what the run does (laws E2, E3): for random
+// strategies, the dry run's per-target bytes written, reads per source file, cross-rank bytes and
+// lower bound are sums over the plan's items (each sliced item's transfers tile its target box);
+// the run writes each target file with the plan's items, in the plan's order, dtypes and dims,
+// and reads from the sources the plan's bytes, in all and for one target loaded alone; the plan's
+// JSON is version 1 with every target.
+RC_GTEST_PROP(engine_plans, the_dry_run_and_the_run_are_the_plan, ()) {
+  const scenario s = gen_scenario();
+  reshard_test::temp_dir dir;
+  write(dir.path(), s);
+  const transform_summary dry = transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt",
+                                                      dir / "dst_strategy.ckpt", {.sync = false, .dry_run = true});
+  RC_ASSERT(dry.preview.has_value());
+  RC_ASSERT(dry.plan.has_value());
+  RC_ASSERT(!fs::exists(dir / "out"));
+  const checkpoint_plan& pl = *dry.plan;
+  const transform_preview& pv = *dry.preview;
+  RC_ASSERT(pl.targets.size() == static_cast<std::size_t>(s.N()));
+  RC_ASSERT(pv.targets.size() == pl.targets.size());
+  std::map<index_t, std::uint64_t> all_reads;
+  std::uint64_t written = 0, cross = 0, lower = 0;
+  for (std::size_t i = 0; i < pl.targets.size(); ++i) {
+    const plan_target& t = pl.targets[i];
+    const target_preview& tp = pv.targets[i];
+    RC_ASSERT(tp.rank == t.rank);
+    RC_ASSERT(tp.path == t.path);
+    RC_ASSERT(t.files == std::vector<fs::path>{t.path});
+    std::map<index_t, std::uint64_t> reads;
+    std::uint64_t w = 0, c = 0, lb = 0;
+    for (const plan_item& it : t.items) {
+      w += it.bytes;
+      RC_ASSERT(it.own_rank_bytes <= it.source_bytes);
+      lb += it.source_bytes - it.own_rank_bytes;
+      if (it.raw) {
+        RC_ASSERT(it.transfers.empty());
+        std::uint64_t stored = 0;
+        for (const auto& g : it.stored) stored += g.bytes;
+        RC_ASSERT(stored == it.source_bytes);
+        reads[it.source_rank] += it.source_bytes;
+        if (it.source_rank != t.rank) c += it.source_bytes;
+        continue;
+      }
+      std::uint64_t covered = 0, bytes = 0;
+      for (const plan_transfer& x : it.transfers) {
+        RC_ASSERT(reshard::intersect(x.where, it.target) == x.where);
+        covered += static_cast<std::uint64_t>(reshard::volume(x.where));
+        bytes += x.bytes;
+        reads[x.rank] += x.bytes;
+        if (x.rank != t.rank) c += x.bytes;
+      }
+      RC_ASSERT(covered == static_cast<std::uint64_t>(reshard::volume(it.target)));
+      RC_ASSERT(bytes == it.source_bytes);
+    }
+    RC_ASSERT(tp.tensor_bytes == w);
+    RC_ASSERT(tp.reads == reads);
+    RC_ASSERT(tp.cross_bytes == c);
+    RC_ASSERT(tp.lower_bound_bytes == lb);
+    for (const auto& [r, b] : reads) all_reads[r] += b;
+    written += w, cross += c, lower += lb;
+  }
+  std::uint64_t read = 0;
+  RC_ASSERT(pl.sources.size() == all_reads.size());
+  for (const auto& [r, b] : all_reads) {
+    RC_ASSERT(pl.sources.at(r).bytes_read == b);
+    RC_ASSERT(pv.sources.at(r) == pl.sources.at(r).path);
+    read += b;
+  }
+  RC_ASSERT(pv.bytes_read == read && pl.bytes_read == read);
+  RC_ASSERT(pv.bytes_written == written && pl.bytes_written == written);
+  RC_ASSERT(pv.cross_bytes == cross && pl.cross_bytes == cross);
+  RC_ASSERT(pv.lower_bound_bytes == lower && pl.lower_bound_bytes == lower);
+  // the JSON: versioned, every target and item
+  const nlohmann::json j = to_json(pl);
+  RC_ASSERT(j.at("checkpoint_plan_version") == 1);
+  RC_ASSERT(j.at("targets").size() == pl.targets.size());
+  for (std::size_t i = 0; i < pl.targets.size(); ++i)
+    RC_ASSERT(j["targets"][i].at("items").size() == pl.targets[i].items.size());
+  RC_ASSERT(nlohmann::json::parse(j.dump()) == j);
+  // the run: what the plan says, read and written
+  const transform_summary run =
+      transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
+                            {.jobs = *rc::gen::inRange(1u, 3u),
+                             .sync = false,
+                             .buffer_bytes = *rc::gen::elementOf(std::vector<std::uint64_t>{64, 4 << 20}),
+                             .reads = *rc::gen::element(read_mode::mmap, read_mode::pread)});
+  RC_ASSERT(!run.plan.has_value());
+  RC_ASSERT(run.bytes_read == pl.bytes_read);
+  RC_ASSERT(run.source_files == pl.sources.size());
+  for (const plan_target& t : pl.targets) {
+    checkpoint_reader rd(t.path);
+    RC_ASSERT(rd.entries().size() == t.items.size());
+    for (std::size_t k = 0; k < t.items.size(); ++k) {
+      const tensor_ref& e = rd.entries()[k];
+      RC_ASSERT(e.name == t.items[k].name);
+      RC_ASSERT(e.type == t.items[k].to);
+      RC_ASSERT(e.dims == t.items[k].dims);
+      RC_ASSERT(e.content_size() == t.items[k].bytes);
+    }
+  }
+  // one target loaded alone reads its share of the plan
+  const std::size_t i = *rc::gen::inRange<std::size_t>(0, pl.targets.size());
+  std::map<std::int64_t, fs::path> files;
+  for (index_t r = 0; r < s.M(); ++r) files.emplace(r, dir / "src" / ("rank_" + std::to_string(r)) / "net.ckpt");
+  std::vector<std::vector<std::byte>> memory;
+  const transform_summary one = load_checkpoint_by_rank(
+      pl.targets[i].rank, files, dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
+      [&](index_t, std::string_view, dtype, std::span<const std::int64_t>, std::uint64_t bytes) {
+        memory.emplace_back(static_cast<std::size_t>(bytes));
+        return std::span<std::byte>(memory.back());
+      },
+      {.buffer_bytes = 64});
+  std::uint64_t share = 0;
+  for (const auto& [r, b] : totals_of(pl.targets[i]).reads) share += b;
+  RC_ASSERT(one.bytes_read == share);
 }

@@ -691,9 +691,14 @@ TEST(transform_outputs, existing_outputs_need_force) {
 TEST(transform_outputs, a_failure_while_writing_leaves_nothing) {
   temp_dir dir;
   write_scenario(dir.path(), tutorial(), 8);
-  // rank 2's staged file cannot be renamed into place: a non-empty directory holds its name
+  // rank 2's staged file cannot be renamed into place: a non-empty directory holds its name. The
+  // staged names are numbered by unique_temp_path's one counter per process, the targets in rank
+  // order: after the probe's number n, rank 2's is n + 3.
+  const std::string probe = reshard::io::detail::unique_temp_path("x", ".part").filename().string();
+  const std::string pid = std::to_string(::getpid());
+  const auto n = std::stoull(probe.substr(probe.find(pid + ".") + pid.size() + 1));
   const fs::path blocker =
-      dir / "out" / "rank_2" / ("checkpoint_2.ckpt.reshard-" + std::to_string(::getpid()) + ".part");
+      dir / "out" / "rank_2" / ("checkpoint_2.ckpt.reshard-" + pid + "." + std::to_string(n + 3) + ".part");
   fs::create_directories(blocker);
   write_text(blocker / "x", "x");
   const auto before = digest(dir / "src");

@@ -6,7 +6,9 @@
 //
 // Decided apart, by pure functions that it calls (each testable without files): which parameters
 // it writes and under which names (name_rules.hpp), their dtypes (dtype_rules.hpp), and the jobs
-// and chunk buffer under a memory budget (memory_fit.hpp).
+// and chunk buffer under a memory budget (memory_fit.hpp). What a run reads and writes, per target
+// file and parameter, is a value, its checkpoint plan (checkpoint_plan.hpp, plan()), made once
+// after the checks; the dry run's preview is computed from it.
 //
 // Which parameters a target rank t gets, and from where (M source ranks):
 //   * listed in the source strategy: sliced by the target strategy's layout for t's stage (a
@@ -52,6 +54,7 @@
 #include <reshard/plan.hpp>
 #include <reshard/io/cast.hpp>
 #include <reshard/io/checkpoint.hpp>
+#include <reshard/io/checkpoint_plan.hpp>
 #include <reshard/io/ckpt.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
@@ -149,7 +152,8 @@ struct transform_options {
   /// core with the x86 SHA extensions, 0.2 GB/s without).
   bool digests = false;
   /// Read the strategies and the sources' indexes, check, and report what would be read and
-  /// written (transform_summary::preview) without reading tensor data or writing anything.
+  /// written (transform_summary::preview, and the plan it is computed from:
+  /// transform_summary::plan) without reading tensor data or writing anything.
   bool dry_run = false;
   std::function<void(const transform_progress&)> progress{};  ///< called as parameters are written
 };
@@ -447,42 +451,16 @@ class transform_job {
     prepare();
     fit_memory();
     checked_ = committed_ = true;  // nothing to stage
-    transform_preview pv;
-    for (const auto& t : targets_) {
-      target_preview tp{t.rank, t.path, 0, {}, 0, 0};
-      for_each_item(t.rank, [&](out_item& it) {
-        tp.tensor_bytes += item_bytes(t.rank, it);
-        const std::uint64_t bytes = item_source_bytes(t.rank, it);
-        if (!it.p || !it.p->src) {  // not in the source strategy: whole from the base file t % M
-          tp.reads[it.base] += bytes;
-          if (it.base != t.rank) tp.cross_bytes += bytes, tp.lower_bound_bytes += bytes;
-          return;
-        }
-        const std::size_t elem = element_size(it.p->type);
-        const box tb = target_box(it, t.rank);
-        for (const piece& pc : pieces_of(it, t.rank, tb)) {
-          const auto b = static_cast<std::uint64_t>(volume(pc.where)) * elem;
-          tp.reads[pc.rank] += b;
-          if (pc.rank != t.rank) tp.cross_bytes += b;
-        }
-        const partition& src = (it.dst ? *it.dst->planner : *it.p->whole).source();
-        const std::uint64_t held =
-            src.has_rank(t.rank) && available(t.rank)
-                ? static_cast<std::uint64_t>(volume(intersect(src.box_of_rank(t.rank), tb))) * elem
-                : 0;
-        tp.lower_bound_bytes += bytes - held;
-      });
-      for (const auto& [r, b] : tp.reads) pv.sources.emplace(r, files_.at(r)), pv.bytes_read += b;
-      pv.bytes_written += tp.tensor_bytes;
-      pv.cross_bytes += tp.cross_bytes;
-      pv.lower_bound_bytes += tp.lower_bound_bytes;
-      pv.targets.push_back(std::move(tp));
-    }
-    pv.jobs = threads();
-    pv.buffer_bytes = exec_.buffer_bytes;
-    pv.peak_memory_bound = current_rss_bytes() + pv.jobs * job().with_slack(exec_.buffer_bytes);
-    pv.warnings = warnings_;
-    return pv;
+    return preview_of(plan());
+  }
+
+  /// What the run reads and writes, as a value (checkpoint_plan.hpp): per target file its items
+  /// in file order, each a raw copy or its transfers, and the totals. Made once, on the first
+  /// call, after check() or preview(); reads no tensor data.
+  const checkpoint_plan& plan() {
+    RESHARD_EXPECTS(checked_, "transform_job: plan() before check() or preview()");
+    if (!plan_) plan_ = make_plan();
+    return *plan_;
   }
 
   /// check(), stage(), commit().
@@ -490,6 +468,7 @@ class transform_job {
     if (opts_.dry_run) {
       transform_summary s;
       s.preview = preview();
+      s.plan = std::exchange(plan_, std::nullopt);  // the plan the preview was computed from
       finish(s);
       s.synced = false;  // nothing was written
       return s;
@@ -1352,16 +1331,24 @@ class transform_job {
     created_dirs_.clear();
   }
 
-  transform_summary write_target(const transform_target& t, const std::filesystem::path& part, written_file& record) {
+  // Target t's items in the order of its file (not hf): for_each_item's, or by name in a
+  // safetensors file.
+  std::vector<out_item> file_items(const transform_target& t) {
     std::vector<out_item> items;
     for_each_item(t.rank, [&](out_item& it) { items.push_back(it); });
+    if (safetensors_target(t))
+      std::sort(items.begin(), items.end(), [](const out_item& a, const out_item& b) { return a.name() < b.name(); });
+    return items;
+  }
+
+  transform_summary write_target(const transform_target& t, const std::filesystem::path& part, written_file& record) {
+    std::vector<out_item> items = file_items(t);
     sink out;
     sha256 digest;
     std::function<void(std::span<const std::byte>)> on_write;
     if (opts_.digests) on_write = [&digest](std::span<const std::byte> b) { digest.update(b); };
     const bool st = safetensors_target(t);
     if (st) {
-      std::sort(items.begin(), items.end(), [](const out_item& a, const out_item& b) { return a.name() < b.name(); });
       std::vector<safetensors_tensor_info> infos;
       for (const auto& it : items) infos.push_back(st_info(it, t.rank));
       out.st.emplace(part, std::move(infos),
@@ -1400,6 +1387,78 @@ class transform_job {
     else
       w.dims = it.raw->dims;
     return w;
+  }
+
+  // -- the plan (checkpoint_plan.hpp)
+  checkpoint_plan make_plan() {
+    const std::uint64_t held = current_rss_bytes();  // before the plan: the run does not hold one
+    checkpoint_plan pl;
+    for (const auto& t : targets_) {
+      plan_target& pt = pl.targets.emplace_back();
+      pt.rank = t.rank;
+      pt.path = t.path;
+      std::vector<out_item> items;
+      std::vector<std::size_t> first;  // hf: each shard's first item
+      if (hf_target()) {
+        pt.format = checkpoint_format::hf;
+        hf_plan h = plan_hf(t);
+        items = std::move(h.items);
+        first = std::move(h.first);
+        for (std::size_t j = 0; j < first.size(); ++j) pt.files.push_back(t.path / hf_shard_name(j, first.size()));
+        if (first.size() > 1) pt.files.push_back(t.path / hf_index_name);
+      } else {
+        pt.format = safetensors_target(t) ? checkpoint_format::safetensors : checkpoint_format::ckpt;
+        items = file_items(t);
+        pt.files.push_back(t.path);
+      }
+      std::size_t shard = 0;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        while (shard + 1 < first.size() && first[shard + 1] <= i) ++shard;
+        pt.items.push_back(plan_item_of(items[i], t.rank));
+        pt.items.back().file = shard;
+      }
+    }
+    sum_plan(pl, [&](index_t r) { return files_.at(r); });
+    pl.jobs = threads();
+    pl.buffer_bytes = exec_.buffer_bytes;
+    pl.peak_memory_bound = held + pl.jobs * job().with_slack(exec_.buffer_bytes);
+    pl.casts = cast_records_;
+    pl.warnings = warnings_;
+    return pl;
+  }
+
+  // Item `it` of target t in the plan: a raw copy, or its transfers (pieces_of).
+  plan_item plan_item_of(const out_item& it, index_t t) {
+    plan_item pi;
+    pi.source_name = std::string(it.source_name());
+    pi.name = std::string(it.name());
+    pi.from = it.p ? it.p->type : it.raw->type;
+    pi.to = out_type(it);
+    pi.dims = tensor_record(it, t).dims;
+    pi.bytes = item_bytes(t, it);
+    pi.source_bytes = item_source_bytes(t, it);
+    if (!it.p || !it.p->src)  // not in the source strategy: whole from the base file t % M
+      pi.own_rank_bytes = it.base == t ? pi.source_bytes : 0;
+    if (!it.p) {
+      pi.raw = true;
+      pi.source_rank = it.base;
+      const checkpoint_reader& rd = open(it.base);
+      for (auto q : it.raw->pieces) pi.stored.push_back({rd.offset_of(q.data()), q.size()});
+      return pi;
+    }
+    const std::size_t elem = element_size(it.p->type);
+    pi.target = target_box(it, t);
+    if (!it.p->src) {
+      pi.transfers.push_back({it.base, pi.target, pi.source_bytes});
+      return pi;
+    }
+    for (const piece& pc : pieces_of(it, t, pi.target))
+      pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem});
+    const partition& src = (it.dst ? *it.dst->planner : *it.p->whole).source();
+    pi.own_rank_bytes = src.has_rank(t) && available(t)
+                            ? static_cast<std::uint64_t>(volume(intersect(src.box_of_rank(t), pi.target))) * elem
+                            : 0;
+    return pi;
   }
 
   // -- Hugging Face targets
@@ -1793,6 +1852,7 @@ class transform_job {
   std::vector<std::size_t> first_stage_;  // target i's files: stage_[first_stage_[i] .. first_stage_[i + 1])
   std::vector<hf_plan> hf_plans_;         // hf: each target's shards
   transform_summary summary_;
+  std::optional<checkpoint_plan> plan_;  // plan(): made on its first call
   std::chrono::steady_clock::time_point start_{};
   bool checked_ = false, staged_ = false, committed_ = false;
   const transform_options opts_;

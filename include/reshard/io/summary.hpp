@@ -16,6 +16,7 @@
 
 #include <reshard/error.hpp>
 #include <reshard/layout.hpp>
+#include <reshard/io/checkpoint_plan.hpp>
 #include <reshard/io/dtype.hpp>
 
 #include <nlohmann/json.hpp>
@@ -33,12 +34,6 @@
 #include <vector>
 
 namespace reshard::io {
-
-/// One parameter a transform cast (transform_summary::casts).
-struct cast_record {
-  std::string name;  ///< the output name
-  dtype from = dtype::float32, to = dtype::float32;
-};
 
 /// How the engine reads the source tensors.
 enum class read_mode : std::uint8_t {
@@ -126,6 +121,8 @@ struct transform_summary {
   std::optional<transform_preview> preview;  ///< transform_options::dry_run: what would be done
   std::vector<written_file> written;  ///< the files written, by target, with their tensors (and digests)
   std::vector<cast_record> casts;     ///< the parameters cast (transform_options::casts), by name
+  /// transform_options::dry_run: the plan the preview is computed from (transform_job::plan)
+  std::optional<checkpoint_plan> plan;
 
   /// Bytes written per second.
   double throughput() const noexcept { return seconds > 0 ? static_cast<double>(bytes_written) / seconds : 0.0; }
@@ -145,12 +142,6 @@ inline std::optional<read_mode> read_mode_from(std::string_view s) noexcept {
   return std::nullopt;
 }
 
-inline nlohmann::json casts_json(const std::vector<cast_record>& casts) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& c : casts) a.push_back({{"name", c.name}, {"from", ms_name(c.from)}, {"to", ms_name(c.to)}});
-  return a;
-}
-
 inline dtype dtype_field(const nlohmann::json& j, const char* key) {
   const std::string name = j.at(key).get<std::string>();
   if (auto t = dtype_from_ms_name(name)) return *t;
@@ -158,6 +149,26 @@ inline dtype dtype_field(const nlohmann::json& j, const char* key) {
 }
 
 }  // namespace detail
+
+/// The preview of a plan: per target its bytes written, reads per source file, cross-rank
+/// bytes and lower bound (totals_of), and the plan's totals, memory and warnings.
+inline transform_preview preview_of(const checkpoint_plan& p) {
+  transform_preview pv;
+  for (const auto& t : p.targets) {
+    plan_target_totals s = totals_of(t);
+    pv.targets.push_back({t.rank, t.path, s.bytes_written, std::move(s.reads), s.cross_bytes, s.lower_bound_bytes});
+  }
+  for (const auto& [r, src] : p.sources) pv.sources.emplace(r, src.path);
+  pv.bytes_read = p.bytes_read;
+  pv.bytes_written = p.bytes_written;
+  pv.cross_bytes = p.cross_bytes;
+  pv.lower_bound_bytes = p.lower_bound_bytes;
+  pv.jobs = p.jobs;
+  pv.buffer_bytes = p.buffer_bytes;
+  pv.peak_memory_bound = p.peak_memory_bound;
+  pv.warnings = p.warnings;
+  return pv;
+}
 
 /// The preview of a dry run as JSON ({"dry_run": true, "targets": [...], totals, jobs, memory,
 /// warnings}; the casts are the summary's, added by to_json(transform_summary)).
@@ -179,14 +190,7 @@ inline nlohmann::json to_json(const transform_preview& p) {
                             {"lower_bound_bytes", t.lower_bound_bytes}});
   }
   j["source_files"] = p.sources.size();
-  j["bytes_read"] = p.bytes_read;
-  j["bytes_written"] = p.bytes_written;
-  j["cross_rank_bytes"] = p.cross_bytes;
-  j["lower_bound_bytes"] = p.lower_bound_bytes;
-  j["jobs"] = p.jobs;
-  j["buffer_bytes"] = p.buffer_bytes;
-  j["peak_memory_bound_bytes"] = p.peak_memory_bound;
-  j["warnings"] = p.warnings;
+  detail::put_totals(j, p);
   return j;
 }
 

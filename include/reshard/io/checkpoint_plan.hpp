@@ -1,0 +1,224 @@
+// reshard/io/checkpoint_plan.hpp: what a checkpoint transform will do, as a value. The engine
+// (io/engine.hpp, transform_job::plan) works it out once from the strategies and the sources'
+// indexes, without reading tensor data; the dry run's preview is computed from it
+// (preview_of, io/summary.hpp), and it can be kept as JSON (to_json below; `reshard transform
+// --plan-out FILE.json`; docs/formats.md, "Checkpoint plan").
+//
+// Per target file: its rank, path, format and the files it is written as (one, or a Hugging Face
+// checkpoint's shards and index), and its items in file order. Per item: the source and output
+// names, the dtypes read and written, the dims and bytes, and either a raw copy (the source rank
+// and the stored pieces' byte ranges in its file) or the transfers (per piece: the source rank
+// and the box of the full tensor it sends). The totals: bytes read per source file, bytes
+// written, cross-rank bytes against their lower bound, the casts, the warnings and the memory
+// bound.
+//
+// Laws (verify/io/engine_plans.cpp, docs/laws.md): the dry run's numbers are sums over the
+// plan's items; a run reads from each source exactly the bytes the plan says.
+#pragma once
+
+#include <reshard/box.hpp>
+#include <reshard/layout.hpp>
+#include <reshard/io/checkpoint.hpp>
+#include <reshard/io/dtype.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace reshard::io {
+
+/// One parameter a transform casts (checkpoint_plan::casts, transform_summary::casts).
+struct cast_record {
+  std::string name;  ///< the output name
+  dtype from = dtype::float32, to = dtype::float32;
+};
+
+/// One transfer of a sliced item: the box of the full tensor that source rank `rank` sends.
+struct plan_transfer {
+  index_t rank = 0;
+  box where;
+  std::uint64_t bytes = 0;  ///< in the source dtype
+};
+
+/// A byte range of a source file (a stored piece of a raw copy).
+struct plan_range {
+  std::uint64_t offset = 0, bytes = 0;
+};
+
+/// One parameter of a target file.
+struct plan_item {
+  std::string source_name, name;  ///< name in the sources, and as written (name_rules)
+  dtype from = dtype::uint8, to = dtype::uint8;  ///< dtype read, dtype written (dtype_rules)
+  std::vector<std::int64_t> dims;  ///< as written (a scalar's as its source writes them)
+  std::uint64_t bytes = 0;         ///< tensor bytes written (in `to`)
+  std::uint64_t source_bytes = 0;  ///< tensor bytes read (in `from`)
+  /// Of source_bytes, those the target's own source rank holds (what no run must move across
+  /// ranks): source_bytes - own_rank_bytes is the item's part of the lower bound.
+  std::uint64_t own_rank_bytes = 0;
+  bool raw = false;  ///< copied as stored, from `source_rank`'s file
+  index_t source_rank = 0;          ///< raw: the file copied from
+  std::vector<plan_range> stored;   ///< raw: the stored pieces in that file
+  box target;                       ///< sliced: the target's box of the full tensor
+  std::vector<plan_transfer> transfers;  ///< sliced: the pieces, by source rank
+  std::size_t file = 0;             ///< the index in plan_target::files of the file holding it
+};
+
+/// One target file (or Hugging Face checkpoint directory) and its items in file order.
+struct plan_target {
+  index_t rank = 0;
+  std::filesystem::path path;
+  checkpoint_format format = checkpoint_format::ckpt;
+  std::vector<std::filesystem::path> files;  ///< the files written: `path`, or (hf) the shards then the index
+  std::vector<plan_item> items;  ///< in file order (hf: shard by shard)
+};
+
+/// A source file the plan reads.
+struct plan_source {
+  std::filesystem::path path;
+  std::uint64_t bytes_read = 0;
+};
+
+/// The checkpoint plan: every target's items, and the totals.
+struct checkpoint_plan {
+  static constexpr int version = 1;  ///< "checkpoint_plan_version" of its JSON
+  std::vector<plan_target> targets;
+  std::map<index_t, plan_source> sources;  ///< the source files read: rank -> file and bytes
+  std::uint64_t bytes_read = 0, bytes_written = 0, cross_bytes = 0, lower_bound_bytes = 0;
+  unsigned jobs = 1;
+  std::uint64_t buffer_bytes = 0;
+  std::uint64_t peak_memory_bound = 0;  ///< what the process held when planning + the jobs' buffers at most
+  std::vector<cast_record> casts;  ///< the parameters cast, by output name
+  std::vector<std::string> warnings;
+};
+
+/// Calls f(source rank, bytes) for each read of item `it`, in order.
+template <class F>
+void for_each_read(const plan_item& it, F&& f) {
+  if (it.raw) return f(it.source_rank, it.source_bytes);
+  for (const auto& x : it.transfers) f(x.rank, x.bytes);
+}
+
+/// What one target reads and writes: sums over its items.
+struct plan_target_totals {
+  std::uint64_t bytes_written = 0;
+  std::map<index_t, std::uint64_t> reads;  ///< source rank -> bytes
+  std::uint64_t cross_bytes = 0;           ///< of those, from other ranks than the target's
+  std::uint64_t lower_bound_bytes = 0;     ///< bytes the target's own source rank does not hold
+};
+
+inline plan_target_totals totals_of(const plan_target& t) {
+  plan_target_totals s;
+  for (const auto& it : t.items) {
+    s.bytes_written += it.bytes;
+    for_each_read(it, [&](index_t r, std::uint64_t b) {
+      s.reads[r] += b;
+      if (r != t.rank) s.cross_bytes += b;
+    });
+    s.lower_bound_bytes += it.source_bytes - it.own_rank_bytes;
+  }
+  return s;
+}
+
+/// Fills the plan's totals (sources' bytes_read, bytes_read, bytes_written, cross and lower
+/// bound) from its targets' items; `path_of(rank)` names each source file read.
+template <class PathOf>
+void sum_plan(checkpoint_plan& p, PathOf&& path_of) {
+  p.sources.clear();
+  p.bytes_read = p.bytes_written = p.cross_bytes = p.lower_bound_bytes = 0;
+  for (const auto& t : p.targets) {
+    const plan_target_totals s = totals_of(t);
+    for (const auto& [r, b] : s.reads) {
+      auto [at, fresh] = p.sources.try_emplace(r);
+      if (fresh) at->second.path = path_of(r);
+      at->second.bytes_read += b;
+      p.bytes_read += b;
+    }
+    p.bytes_written += s.bytes_written;
+    p.cross_bytes += s.cross_bytes;
+    p.lower_bound_bytes += s.lower_bound_bytes;
+  }
+}
+
+namespace detail {
+inline nlohmann::json casts_json(const std::vector<cast_record>& casts) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& c : casts) a.push_back({{"name", c.name}, {"from", ms_name(c.from)}, {"to", ms_name(c.to)}});
+  return a;
+}
+// The totals, memory and warnings of a plan or a preview (transform_preview), under the keys
+// both JSON forms give them.
+template <class Totals>
+void put_totals(nlohmann::json& j, const Totals& p) {
+  j["bytes_read"] = p.bytes_read;
+  j["bytes_written"] = p.bytes_written;
+  j["cross_rank_bytes"] = p.cross_bytes;
+  j["lower_bound_bytes"] = p.lower_bound_bytes;
+  j["jobs"] = p.jobs;
+  j["buffer_bytes"] = p.buffer_bytes;
+  j["peak_memory_bound_bytes"] = p.peak_memory_bound;
+  j["warnings"] = p.warnings;
+}
+inline nlohmann::json box_json(const box& b) {
+  return {{"offset", b.offset.to_vector()}, {"extent", b.extent.to_vector()}};
+}
+}  // namespace detail
+
+/// The plan as JSON, version 1 (docs/formats.md, "Checkpoint plan"): {"checkpoint_plan_version":
+/// 1, "sources": [...], "targets": [{..., "items": [...]}], the totals, "jobs", "buffer_bytes",
+/// "peak_memory_bound_bytes", "casts", "warnings"}; dtypes by MindSpore's names ("Float32").
+inline nlohmann::json to_json(const checkpoint_plan& p) {
+  nlohmann::json j;
+  j["checkpoint_plan_version"] = checkpoint_plan::version;
+  j["sources"] = nlohmann::json::array();
+  for (const auto& [r, s] : p.sources) j["sources"].push_back({{"rank", r}, {"file", s.path.string()}, {"bytes_read", s.bytes_read}});
+  j["targets"] = nlohmann::json::array();
+  for (const auto& t : p.targets) {
+    const plan_target_totals s = totals_of(t);
+    nlohmann::json files = nlohmann::json::array(), items = nlohmann::json::array();
+    for (const auto& f : t.files) files.push_back(f.string());
+    for (const auto& it : t.items) {
+      nlohmann::json i = {{"name", it.name},
+                          {"source_name", it.source_name},
+                          {"dtype", ms_name(it.to)},
+                          {"source_dtype", ms_name(it.from)},
+                          {"dims", it.dims},
+                          {"bytes", it.bytes},
+                          {"source_bytes", it.source_bytes},
+                          {"own_rank_bytes", it.own_rank_bytes},
+                          {"file", it.file}};
+      if (it.raw) {
+        nlohmann::json ranges = nlohmann::json::array();
+        for (const auto& g : it.stored) ranges.push_back({g.offset, g.bytes});
+        i["copy"] = {{"rank", it.source_rank}, {"ranges", ranges}};
+      } else {
+        nlohmann::json xs = nlohmann::json::array();
+        for (const auto& x : it.transfers) {
+          nlohmann::json e = detail::box_json(x.where);
+          e["rank"] = x.rank;
+          e["bytes"] = x.bytes;
+          xs.push_back(std::move(e));
+        }
+        i["slice"] = {{"box", detail::box_json(it.target)}, {"transfers", xs}};
+      }
+      items.push_back(std::move(i));
+    }
+    j["targets"].push_back({{"rank", t.rank},
+                            {"path", t.path.string()},
+                            {"format", to_string(t.format)},
+                            {"files", files},
+                            {"bytes_written", s.bytes_written},
+                            {"cross_rank_bytes", s.cross_bytes},
+                            {"lower_bound_bytes", s.lower_bound_bytes},
+                            {"items", items}});
+  }
+  detail::put_totals(j, p);
+  j["casts"] = detail::casts_json(p.casts);
+  return j;
+}
+
+}  // namespace reshard::io
