@@ -177,7 +177,8 @@ void raise_reshard_error(const reshard::error& e) {
     PyErr_SetObject(PyExc_OSError, py::make_tuple(ENOENT, std::string(what)).ptr());
     return;
   }
-  if (what.find(" exists (pass force") != std::string_view::npos) {
+  if (what.find(" exists (pass force") != std::string_view::npos ||
+      what.find(" appeared while transforming (pass force") != std::string_view::npos) {  // another writer won
     PyErr_SetObject(PyExc_OSError, py::make_tuple(EEXIST, std::string(what)).ptr());
     return;
   }
