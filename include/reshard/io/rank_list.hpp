@@ -71,7 +71,11 @@ void for_each_parameter_layouts(std::span<const std::int64_t> ranks, const strat
     } else {
       stages.push_back({nullptr, 0});
     }
-    for (const auto& [dl, stage] : stages) {
+    for (const auto& entry : stages) {
+      // named variables, not structured bindings: the lambda below captures them (clang 14
+      // cannot capture a structured binding)
+      const param_layout* const dl = entry.first;
+      const std::uint32_t stage = entry.second;
       std::vector<std::int64_t> mine;
       for (std::int64_t t : ranks)
         if (!dl || dst.stage_of(t) == stage) mine.push_back(t);
