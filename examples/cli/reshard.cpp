@@ -25,6 +25,7 @@
 #include "check_rank_list_command.hpp"
 #include "common.hpp"
 #include "convert_command.hpp"
+#include "execute_command.hpp"
 #include "inspect_command.hpp"
 #include "layout_command.hpp"
 #include "merge_command.hpp"
@@ -63,6 +64,7 @@ int run(int argc, char** argv) {
       cli::add_split_command(app),
       cli::add_convert_command(app),
       cli::add_verify_command(app),
+      cli::add_execute_command(app),
   };
 
   // "reshard plan" when a subcommand was given, for messages

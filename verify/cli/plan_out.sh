@@ -19,7 +19,7 @@ import json, sys
 plan = json.load(open(sys.argv[1]))
 real = json.loads(open(sys.argv[2]).read())
 problems = []
-if plan.get("checkpoint_plan_version") != 1:
+if plan.get("checkpoint_plan_version") != 2:
     problems.append("version %r" % plan.get("checkpoint_plan_version"))
 files = sorted(f for t in plan["targets"] for f in t["files"])
 if files != sorted(real["outputs"]):

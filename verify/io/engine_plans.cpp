@@ -11,6 +11,8 @@
 // rank_list_for_transform names, must write the same file, and load_checkpoint_by_rank must fill
 // memory with the same tensors.
 #include <reshard/io/cast.hpp>
+#include <reshard/io/execute.hpp>
+#include <reshard/io/plan_file.hpp>
 #include <reshard/io/transform.hpp>
 
 #include <gtest/gtest.h>
@@ -21,10 +23,13 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -538,7 +543,7 @@ RC_GTEST_PROP(engine_plans, the_dry_run_and_the_run_are_the_plan, ()) {
   RC_ASSERT(pv.lower_bound_bytes == lower && pl.lower_bound_bytes == lower);
   // the JSON: versioned, every target and item
   const nlohmann::json j = to_json(pl);
-  RC_ASSERT(j.at("checkpoint_plan_version") == 1);
+  RC_ASSERT(j.at("checkpoint_plan_version").get<int>() == checkpoint_plan::version);
   RC_ASSERT(j.at("targets").size() == pl.targets.size());
   for (std::size_t i = 0; i < pl.targets.size(); ++i)
     RC_ASSERT(j["targets"][i].at("items").size() == pl.targets[i].items.size());
@@ -579,4 +584,102 @@ RC_GTEST_PROP(engine_plans, the_dry_run_and_the_run_are_the_plan, ()) {
   std::uint64_t share = 0;
   for (const auto& [r, b] : totals_of(pl.targets[i]).reads) share += b;
   RC_ASSERT(one.bytes_read == share);
+}
+
+namespace {
+
+// Every file under `dir`, by its path relative to `dir`, with its bytes.
+std::map<std::string, std::vector<char>> tree(const fs::path& dir) {
+  std::map<std::string, std::vector<char>> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    out.emplace(fs::relative(e.path(), dir).string(),
+                std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  }
+  return out;
+}
+
+}  // namespace
+
+// A plan is a value that can be kept (laws E4, E5): read back from its JSON it is the same plan,
+// and its K parts (any K, executed in any order) write exactly the files the whole plan writes,
+// byte for byte the files of transform_checkpoints.
+RC_GTEST_PROP(engine_plans, a_plan_read_back_and_executed_in_parts_writes_the_run, ()) {
+  const scenario s = gen_scenario();
+  reshard_test::temp_dir dir;
+  write(dir.path(), s);
+  const fs::path src_s = dir / "src_strategy.ckpt", dst_s = dir / "dst_strategy.ckpt";
+  const bool crc = *rc::gen::arbitrary<bool>();
+  const transform_summary dry =
+      transform_checkpoints(dir / "src", dir / "parts", "c_", src_s, dst_s, {.sync = false, .crc = crc, .dry_run = true});
+  const checkpoint_plan& pl = *dry.plan;
+  const nlohmann::json j = to_json(pl);
+  const checkpoint_plan back = plan_from_json(nlohmann::json::parse(j.dump()), "plan.json");
+  RC_ASSERT(back == pl);
+  RC_ASSERT(checkpoint_plan_problems(back).empty());
+  transform_checkpoints(dir / "src", dir / "whole", "c_", src_s, dst_s, {.sync = false, .crc = crc});
+  const std::size_t k = *rc::gen::inRange<std::size_t>(1, 4);
+  std::vector<std::size_t> order(k);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  order = *rc::gen::construct<std::vector<std::size_t>>(rc::gen::just(order));
+  std::shuffle(order.begin(), order.end(), std::mt19937(*rc::gen::arbitrary<unsigned>()));
+  std::set<fs::path> written;
+  std::size_t targets = 0;
+  for (std::size_t i : order) {
+    const checkpoint_plan part = plan_part(back, i, k);
+    RC_ASSERT(checkpoint_plan_problems(part).empty());
+    targets += part.targets.size();
+    const transform_summary r = execute_plan(part, {.sync = false, .jobs = *rc::gen::inRange(1u, 3u)});
+    RC_ASSERT(r.bytes_read == part.bytes_read);
+    for (const auto& o : r.outputs) RC_ASSERT(written.insert(o).second);  // the parts are disjoint
+  }
+  RC_ASSERT(targets == pl.targets.size());
+  RC_ASSERT(tree(dir / "parts") == tree(dir / "whole"));
+}
+
+// check_checkpoint_plan refuses a plan that was tampered with (law K8): a transfer dropped, a
+// transfer's box shifted, or a transfer moved to a sender that does not hold its box; the plan
+// as it was made has no problem.
+RC_GTEST_PROP(engine_plans, a_tampered_plan_is_refused, ()) {
+  const scenario s = gen_scenario();
+  reshard_test::temp_dir dir;
+  write(dir.path(), s);
+  const transform_summary dry = transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt",
+                                                      dir / "dst_strategy.ckpt", {.sync = false, .dry_run = true});
+  checkpoint_plan pl = *dry.plan;
+  RC_ASSERT(checkpoint_plan_problems(pl).empty());
+  std::vector<std::pair<std::size_t, std::size_t>> sliced;  // (target, item) with transfers
+  for (std::size_t t = 0; t < pl.targets.size(); ++t)
+    for (std::size_t i = 0; i < pl.targets[t].items.size(); ++i)
+      if (!pl.targets[t].items[i].raw && reshard::volume(pl.targets[t].items[i].target) > 0)
+        sliced.emplace_back(t, i);
+  RC_PRE(!sliced.empty());
+  const auto [t, i] = *rc::gen::elementOf(sliced);
+  plan_item& it = pl.targets[t].items[i];
+  const std::size_t x = *rc::gen::inRange<std::size_t>(0, it.transfers.size());
+  const int how = *rc::gen::inRange(0, 3);
+  if (how == 0) {  // dropped
+    it.transfers.erase(it.transfers.begin() + static_cast<std::ptrdiff_t>(x));
+  } else if (how == 1) {  // shifted by one along a dim
+    const std::size_t d = *rc::gen::inRange<std::size_t>(0, it.target.offset.size());
+    it.transfers[x].where.offset[d] += *rc::gen::element<index_t>(-1, 1);
+  } else {  // sent by a source rank whose box does not hold it
+    std::vector<index_t> others;
+    for (const auto& [r, src] : pl.sources) {
+      const auto h = src.holds.find(it.source_name);
+      if (h == src.holds.end() || reshard::intersect(it.transfers[x].where, h->second) != it.transfers[x].where)
+        others.push_back(r);
+    }
+    RC_PRE(!others.empty());
+    it.transfers[x].rank = *rc::gen::elementOf(others);
+  }
+  RC_ASSERT(!checkpoint_plan_problems(pl).empty());
+  bool refused = false;
+  try {
+    check_checkpoint_plan(pl, "tampered.json");
+  } catch (const reshard::error& e) {
+    refused = std::string(e.what()).find("tampered.json: the plan does not add up") != std::string::npos;
+  }
+  RC_ASSERT(refused);
 }

@@ -12,8 +12,12 @@
 // written, cross-rank bytes against their lower bound, the casts, the warnings and the memory
 // bound.
 //
-// Laws (verify/io/engine_plans.cpp, docs/laws.md): the dry run's numbers are sums over the
-// plan's items; a run reads from each source exactly the bytes the plan says.
+// Every run executes it (plan_executor.hpp); plan_file.hpp reads its JSON back, checks it and
+// splits it into parts (`reshard execute FILE.json --part I/K`).
+//
+// Laws (verify/io/engine_plans.cpp, verify/io/plan_file.cpp, docs/laws.md): the dry run's numbers
+// are sums over the plan's items; a run reads from each source exactly the bytes the plan says;
+// the plan read back from its JSON is the plan; its K parts together write what it writes.
 #pragma once
 
 #include <reshard/box.hpp>
@@ -36,6 +40,7 @@ namespace reshard::io {
 struct cast_record {
   std::string name;  ///< the output name
   dtype from = dtype::float32, to = dtype::float32;
+  friend bool operator==(const cast_record&, const cast_record&) = default;
 };
 
 /// One transfer of a sliced item: the box of the full tensor that source rank `rank` sends.
@@ -43,11 +48,14 @@ struct plan_transfer {
   index_t rank = 0;
   box where;
   std::uint64_t bytes = 0;  ///< in the source dtype
+  box held;                 ///< the box of the full tensor that rank's file holds (where is inside it)
+  friend bool operator==(const plan_transfer&, const plan_transfer&) = default;
 };
 
 /// A byte range of a source file (a stored piece of a raw copy).
 struct plan_range {
   std::uint64_t offset = 0, bytes = 0;
+  friend bool operator==(const plan_range&, const plan_range&) = default;
 };
 
 /// One parameter of a target file.
@@ -55,6 +63,7 @@ struct plan_item {
   std::string source_name, name;  ///< name in the sources, and as written (name_rules)
   dtype from = dtype::uint8, to = dtype::uint8;  ///< dtype read, dtype written (dtype_rules)
   std::vector<std::int64_t> dims;  ///< as written (a scalar's as its source writes them)
+  bool scalar = false;             ///< a scalar (safetensors writes its dims as [])
   std::uint64_t bytes = 0;         ///< tensor bytes written (in `to`)
   std::uint64_t source_bytes = 0;  ///< tensor bytes read (in `from`)
   /// Of source_bytes, those the target's own source rank holds (what no run must move across
@@ -66,6 +75,7 @@ struct plan_item {
   box target;                       ///< sliced: the target's box of the full tensor
   std::vector<plan_transfer> transfers;  ///< sliced: the pieces, by source rank
   std::size_t file = 0;             ///< the index in plan_target::files of the file holding it
+  friend bool operator==(const plan_item&, const plan_item&) = default;
 };
 
 /// One target file (or Hugging Face checkpoint directory) and its items in file order.
@@ -75,17 +85,30 @@ struct plan_target {
   checkpoint_format format = checkpoint_format::ckpt;
   std::vector<std::filesystem::path> files;  ///< the files written: `path`, or (hf) the shards then the index
   std::vector<plan_item> items;  ///< in file order (hf: shard by shard)
+  /// safetensors and hf: the "format" of the files' __metadata__: "ms" (MindSpore's), or "pt"
+  /// (Hugging Face checkpoints, and safetensors files converted from one: transformers refuses
+  /// other values)
+  std::string safetensors_format = "ms";
+  friend bool operator==(const plan_target&, const plan_target&) = default;
 };
 
 /// A source file the plan reads.
 struct plan_source {
   std::filesystem::path path;
   std::uint64_t bytes_read = 0;
+  /// The file as the plan saw it: a plan run on a file whose size or modification time changed
+  /// since is refused (execute_plan).
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  /// Of the parameters the plan slices from this file, the box of the full tensor each is (what
+  /// the source strategy gives the rank): a transfer's sender must hold its box.
+  std::map<std::string, box, std::less<>> holds;
+  friend bool operator==(const plan_source&, const plan_source&) = default;
 };
 
 /// The checkpoint plan: every target's items, and the totals.
 struct checkpoint_plan {
-  static constexpr int version = 1;  ///< "checkpoint_plan_version" of its JSON
+  static constexpr int version = 2;  ///< "checkpoint_plan_version" of its JSON
   std::vector<plan_target> targets;
   std::map<index_t, plan_source> sources;  ///< the source files read: rank -> file and bytes
   std::uint64_t bytes_read = 0, bytes_written = 0, cross_bytes = 0, lower_bound_bytes = 0;
@@ -94,6 +117,9 @@ struct checkpoint_plan {
   std::uint64_t peak_memory_bound = 0;  ///< what the process held when planning + the jobs' buffers at most
   std::vector<cast_record> casts;  ///< the parameters cast, by output name
   std::vector<std::string> warnings;
+  bool crc = false;                              ///< ckpt targets: the crc_num trailer
+  std::uint64_t chunk_bytes = ckpt_chunk_bytes;  ///< ckpt targets: the piece size of tensors
+  friend bool operator==(const checkpoint_plan&, const checkpoint_plan&) = default;
 };
 
 /// Calls f(source rank, bytes) for each read of item `it`, in order.
@@ -125,16 +151,23 @@ inline plan_target_totals totals_of(const plan_target& t) {
 }
 
 /// Fills the plan's totals (sources' bytes_read, bytes_read, bytes_written, cross and lower
-/// bound) from its targets' items; `path_of(rank)` names each source file read.
+/// bound) from its targets' items; `path_of(rank)` names each source file read that the plan
+/// did not list yet (a listed one keeps its path, fingerprint and holds; one no longer read is
+/// dropped).
 template <class PathOf>
 void sum_plan(checkpoint_plan& p, PathOf&& path_of) {
+  std::map<index_t, plan_source> before = std::move(p.sources);  // a source read still keeps what it had
   p.sources.clear();
   p.bytes_read = p.bytes_written = p.cross_bytes = p.lower_bound_bytes = 0;
   for (const auto& t : p.targets) {
     const plan_target_totals s = totals_of(t);
     for (const auto& [r, b] : s.reads) {
       auto [at, fresh] = p.sources.try_emplace(r);
-      if (fresh) at->second.path = path_of(r);
+      if (fresh) {
+        const auto old = before.find(r);
+        if (old != before.end()) at->second = std::move(old->second), at->second.bytes_read = 0;
+        if (at->second.path.empty()) at->second.path = path_of(r);
+      }
       at->second.bytes_read += b;
       p.bytes_read += b;
     }
@@ -166,16 +199,28 @@ void put_totals(nlohmann::json& j, const Totals& p) {
 inline nlohmann::json box_json(const box& b) {
   return {{"offset", b.offset.to_vector()}, {"extent", b.extent.to_vector()}};
 }
+inline nlohmann::json holds_json(const std::map<std::string, box, std::less<>>& holds) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, b] : holds) j[name] = box_json(b);
+  return j;
+}
 }  // namespace detail
 
-/// The plan as JSON, version 1 (docs/formats.md, "Checkpoint plan"): {"checkpoint_plan_version":
-/// 1, "sources": [...], "targets": [{..., "items": [...]}], the totals, "jobs", "buffer_bytes",
-/// "peak_memory_bound_bytes", "casts", "warnings"}; dtypes by MindSpore's names ("Float32").
+/// The plan as JSON, version 2 (docs/formats.md, "Checkpoint plan"): {"checkpoint_plan_version":
+/// 2, "sources": [...], "targets": [{..., "items": [...]}], the totals, "jobs", "buffer_bytes",
+/// "peak_memory_bound_bytes", "casts", "warnings", "ckpt"}; dtypes by MindSpore's names
+/// ("Float32"). plan_file.hpp reads it back (plan_from_json) to be checked and executed.
 inline nlohmann::json to_json(const checkpoint_plan& p) {
   nlohmann::json j;
   j["checkpoint_plan_version"] = checkpoint_plan::version;
   j["sources"] = nlohmann::json::array();
-  for (const auto& [r, s] : p.sources) j["sources"].push_back({{"rank", r}, {"file", s.path.string()}, {"bytes_read", s.bytes_read}});
+  for (const auto& [r, s] : p.sources)
+    j["sources"].push_back({{"rank", r},
+                            {"file", s.path.string()},
+                            {"bytes_read", s.bytes_read},
+                            {"size", s.size},
+                            {"mtime_ns", s.mtime_ns},
+                            {"holds", detail::holds_json(s.holds)}});
   j["targets"] = nlohmann::json::array();
   for (const auto& t : p.targets) {
     const plan_target_totals s = totals_of(t);
@@ -187,6 +232,7 @@ inline nlohmann::json to_json(const checkpoint_plan& p) {
                           {"dtype", ms_name(it.to)},
                           {"source_dtype", ms_name(it.from)},
                           {"dims", it.dims},
+                          {"scalar", it.scalar},
                           {"bytes", it.bytes},
                           {"source_bytes", it.source_bytes},
                           {"own_rank_bytes", it.own_rank_bytes},
@@ -201,6 +247,7 @@ inline nlohmann::json to_json(const checkpoint_plan& p) {
           nlohmann::json e = detail::box_json(x.where);
           e["rank"] = x.rank;
           e["bytes"] = x.bytes;
+          e["held"] = detail::box_json(x.held);
           xs.push_back(std::move(e));
         }
         i["slice"] = {{"box", detail::box_json(it.target)}, {"transfers", xs}};
@@ -211,6 +258,7 @@ inline nlohmann::json to_json(const checkpoint_plan& p) {
                             {"path", t.path.string()},
                             {"format", to_string(t.format)},
                             {"files", files},
+                            {"safetensors_format", t.safetensors_format},
                             {"bytes_written", s.bytes_written},
                             {"cross_rank_bytes", s.cross_bytes},
                             {"lower_bound_bytes", s.lower_bound_bytes},
@@ -218,6 +266,7 @@ inline nlohmann::json to_json(const checkpoint_plan& p) {
   }
   detail::put_totals(j, p);
   j["casts"] = detail::casts_json(p.casts);
+  j["ckpt"] = {{"crc", p.crc}, {"chunk_bytes", p.chunk_bytes}};
   return j;
 }
 

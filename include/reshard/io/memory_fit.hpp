@@ -1,8 +1,8 @@
 // reshard/io/memory_fit.hpp: how many jobs the engine runs and how large their chunk buffers are
 // under a memory budget (transform_options::max_memory, --max-memory), decided from the budget,
 // what the process holds, what a job needs for a buffer size, and what was asked for. A pure
-// function: the engine (engine.hpp) measures the process and runs what fit_memory decides; it is
-// tested without files (verify/io/memory_fit.cpp).
+// function: the engine (engine.hpp) measures the process (current_rss_bytes, below) and runs what
+// fit_memory decides; it is tested without files (verify/io/memory_fit.cpp).
 #pragma once
 
 #include <reshard/error.hpp>
@@ -10,9 +10,46 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 namespace reshard::io {
+
+/// The process's resident set size now, in bytes (/proc/self/statm; 0 where it cannot be read).
+inline std::uint64_t current_rss_bytes() noexcept {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  if (n != 2) return 0;
+  return static_cast<std::uint64_t>(resident) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+/// The process's peak resident set size in bytes: VmHWM of /proc/self/status, the peak of this
+/// program's own memory; where that cannot be read, getrusage's ru_maxrss, which on Linux also
+/// counts the memory of the process that forked this one before it exec'd the program (a large
+/// parent, such as a Python script that started it, can then show as this program's peak).
+inline std::uint64_t peak_rss_bytes() noexcept {
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "VmHWM: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return static_cast<std::uint64_t>(kib) * 1024;
+  }
+  struct ::rusage u {};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+#if defined(__APPLE__)
+  return static_cast<std::uint64_t>(u.ru_maxrss);  // bytes
+#else
+  return static_cast<std::uint64_t>(u.ru_maxrss) * 1024;  // KiB
+#endif
+}
 
 /// What one job of the engine holds for a chunk buffer of b bytes: the buffer, the read scratch
 /// (at most 4 chunks, or 64 KiB), the mapped pages kept (b per job) and the file writer's

@@ -1,0 +1,167 @@
+// reshard/io/execute.hpp: a checkpoint plan written to files. write_plan_targets is the one
+// function that writes a plan's targets (staged, in parallel over targets, through the plan
+// executor and the file sinks); transform_job runs it on the plan it made, and execute_plan on a
+// plan read back from its JSON (plan_file.hpp), whole or one part of it:
+//
+//   auto plan = plan_from_json(json, "plan.json");
+//   execute_plan(plan_part(plan, i, k), {.jobs = 2});   // part i of k; the k parts write the plan
+//
+// execute_plan checks the plan (check_checkpoint_plan), then that every source file is the one
+// the plan was made from (size and modification time, then each item against the file's index
+// as it is read), that no output is a source and none exists unless `force`, and verifies the
+// sources' CRC trailers; then it stages, syncs and commits as a transform does (staging.hpp).
+#pragma once
+
+#include <reshard/error.hpp>
+#include <reshard/parallel.hpp>
+#include <reshard/io/checkpoint.hpp>
+#include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/mapped_file.hpp>
+#include <reshard/io/memory_fit.hpp>
+#include <reshard/io/plan_executor.hpp>
+#include <reshard/io/plan_file.hpp>
+#include <reshard/io/staging.hpp>
+#include <reshard/io/summary.hpp>
+#include <reshard/io/tensor_sink.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <sys/stat.h>
+
+namespace reshard::io {
+
+/// How write_plan_targets runs.
+struct plan_write_config {
+  execution_config exec{1, std::uint64_t{4} << 20};  ///< jobs (>= 1) and the chunk buffer
+  read_mode reads = read_mode::pread;
+  bool sync = true;      ///< write-back started as the files grow (staged_outputs::sync fsyncs them)
+  bool digests = false;  ///< SHA-256 of every file written
+  std::function<void(const transform_progress&)> progress{};
+};
+
+/// Writes every target of `plan` to staged files of `out` (parallel over targets); the caller
+/// then syncs and commits `out`. Returns the counts (files, sliced, copied, bytes_read,
+/// bytes_written: the files' sizes) and the files written (written), merged over the targets.
+inline transform_summary write_plan_targets(const checkpoint_plan& plan, const plan_sources& sources,
+                                            staged_outputs& out, const plan_write_config& c, const std::string& op) {
+  std::vector<std::vector<std::filesystem::path>> parts;
+  parts.reserve(plan.targets.size());
+  for (const auto& t : plan.targets) {
+    parts.push_back(out.add(t.files));
+    if (t.format == checkpoint_format::hf) out.replaces_hf(t.path);
+  }
+  out.prepare();
+  plan_executor run(plan, sources, c.exec, c.reads, op, c.progress);
+  const file_sink_options fo{plan.crc, plan.chunk_bytes, c.sync ? durability::deferred : durability::none, c.digests};
+  std::vector<transform_summary> per(plan.targets.size());
+  reshard::parallel_for(plan.targets.size(), std::max(c.exec.jobs, 1u), [&](std::size_t i) {
+    target_file_sink sink(plan.targets[i], std::move(parts[i]), fo);
+    transform_summary s = run.run_target(i, sink);
+    s.written = std::move(sink.records());
+    s.files = s.written.size();
+    s.bytes_written = 0;
+    for (const auto& w : s.written) s.bytes_written += w.bytes;
+    per[i] = std::move(s);
+  });
+  return merge_summaries(per);
+}
+
+/// How execute_plan runs (what the plan does not fix).
+struct execute_options {
+  bool force = false;       ///< replace existing outputs
+  bool sync = true;         ///< make the outputs durable (transform_options::sync)
+  bool verify_crc = true;   ///< check the crc_num trailer of every source file read
+  bool digests = false;     ///< SHA-256 of every file written (transform_summary::written)
+  unsigned jobs = 0;        ///< target files written in parallel; 0: one per core, at most one per target
+  std::uint64_t buffer_bytes = std::uint64_t{4} << 20;
+  read_mode reads = read_mode::automatic;
+  std::function<void(const transform_progress&)> progress{};
+};
+
+namespace detail {
+// The modification time of `path` in nanoseconds (0 if it cannot be read).
+inline std::int64_t mtime_ns(const std::filesystem::path& path) noexcept {
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+}  // namespace detail
+
+/// Writes the targets of `plan` (a plan read back with plan_from_json, or one part of it) from its
+/// source files; `op` names the run in messages ("execute: plan.json"). See the header comment
+/// for what is checked first. Returns the summary of a run (casts and warnings: the plan's).
+inline transform_summary execute_plan(const checkpoint_plan& plan, const execute_options& o = {},
+                                      const std::string& op = "execute") {
+  const auto start = std::chrono::steady_clock::now();
+  check_checkpoint_plan(plan, op);
+  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
+  plan_sources sources;
+  std::map<std::pair<dev_t, ino_t>, index_t> inodes;
+  for (const auto& [r, s] : plan.sources) {
+    auto rd = std::make_unique<checkpoint_reader>(s.path);
+    if (rd->file_size() != s.size || detail::mtime_ns(s.path) != s.mtime_ns)
+      report_error(op + ": " + s.path.string() + " (source rank " + std::to_string(r) +
+                   ") changed since the plan was made: " + std::to_string(rd->file_size()) + " bytes, the plan saw " +
+                   std::to_string(s.size) + (detail::mtime_ns(s.path) != s.mtime_ns ? ", and a new modification time" : "") +
+                   " (make the plan again)");
+    struct ::stat st {};
+    if (::stat(s.path.c_str(), &st) == 0) inodes.emplace(std::pair{st.st_dev, st.st_ino}, r);
+    sources.emplace(r, rd.get());
+    readers.emplace(r, std::move(rd));
+  }
+  for (const auto& t : plan.targets)
+    for (const auto& f : t.files) {
+      struct ::stat st {};
+      if (::stat(f.c_str(), &st) != 0) continue;
+      const auto hit = inodes.find({st.st_dev, st.st_ino});
+      if (hit != inodes.end())
+        report_error(op + ": output " + f.string() + " is the source file of rank " + std::to_string(hit->second) +
+                     " (inputs are never modified)");
+    }
+  const unsigned jobs = o.jobs != 0 ? o.jobs
+                                    : static_cast<unsigned>(std::clamp<std::size_t>(plan.targets.size(), 1,
+                                                                                    reshard::thread_count(0)));
+  if (o.verify_crc) {
+    std::vector<const checkpoint_reader*> list;
+    for (const auto& [r, rd] : readers) list.push_back(rd.get());
+    reshard::parallel_for(list.size(), jobs, [&](std::size_t i) { list[i]->verify_crc(); });
+  }
+  staged_outputs out(op, o.force, o.sync);
+  const plan_write_config c{{jobs, o.buffer_bytes},
+                            o.reads == read_mode::mmap ? read_mode::mmap : read_mode::pread,
+                            o.sync,
+                            o.digests,
+                            o.progress};
+  transform_summary s = write_plan_targets(plan, sources, out, c, op);
+  out.sync();
+  s.outputs = out.commit();
+  s.source_files = readers.size();
+  std::set<std::string> kinds;
+  for (const auto& [r, rd] : readers) {
+    s.source_bytes += rd->file_size();
+    kinds.insert(filesystem_name(rd->path()));
+  }
+  for (const auto& k : kinds) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + k;
+  s.casts = plan.casts;
+  s.warnings = plan.warnings;
+  s.jobs = jobs;
+  s.buffer_bytes = o.buffer_bytes;
+  s.reads = c.reads;
+  s.synced = o.sync;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.peak_rss_bytes = peak_rss_bytes();
+  return s;
+}
+
+}  // namespace reshard::io

@@ -1,0 +1,403 @@
+// reshard/io/plan_file.hpp: a checkpoint plan kept as a file. The JSON that to_json
+// (checkpoint_plan.hpp) writes is read back by plan_from_json, checked by check_checkpoint_plan,
+// and cut into parts by plan_part, so that a plan made on one machine can be executed on
+// others, whole or in K disjoint parts (execute.hpp; `reshard execute FILE.json --part I/K`).
+//
+//   auto plan = plan_from_json(json_of_file, "plan.json");   // every key checked
+//   check_checkpoint_plan(plan, "plan.json");                  // a plan that does not add up: an error
+//   auto part = plan_part(plan, 1, 3);                         // the second of three parts
+//
+// What check_checkpoint_plan proves from the plan alone (laws K8, E6 in docs/laws.md):
+//   * each sliced item's transfers tile its target box: each inside the box, pairwise disjoint,
+//     and their volumes add up to the box's (so every element is brought exactly once);
+//   * each transfer's sender holds its box: the box is inside what the plan's source table says
+//     that rank's file holds of the parameter (plan_source::holds), and `held` is that box;
+//   * a raw copy's stored ranges add up to its bytes; bytes and dtypes agree with the boxes;
+//   * each target's items are in file order, named once, in files its format has;
+//   * the totals are the sums of the items.
+// What it cannot see (a file that changed) execute_plan checks against the files themselves.
+#pragma once
+
+#include <reshard/box.hpp>
+#include <reshard/error.hpp>
+#include <reshard/layout.hpp>
+#include <reshard/io/checkpoint.hpp>
+#include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/detail/text.hpp>
+#include <reshard/io/dtype.hpp>
+#include <reshard/io/json_reader.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace reshard::io {
+
+namespace detail {
+
+// Reading one JSON value of a plan, every error naming the file and the key.
+struct plan_json_reader {
+  std::string who;  // "execute: plan.json: "
+
+  [[noreturn]] void fail(const std::string& where, const std::string& why) const {
+    report_error(who + where + ": " + why);
+  }
+  const nlohmann::json& at(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    if (!j.is_object()) fail(where, "not an object");
+    auto it = j.find(key);
+    if (it == j.end()) fail(where, "no key '" + std::string(key) + "'");
+    return *it;
+  }
+  std::uint64_t u64(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto v = json_uint(at(j, key, where));
+    if (!v) fail(where + "." + std::string(key), "not a non-negative integer");
+    return *v;
+  }
+  std::int64_t i64(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto v = json_int(at(j, key, where));
+    if (!v) fail(where + "." + std::string(key), "not an integer");
+    return *v;
+  }
+  std::string str(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto& v = at(j, key, where);
+    if (!v.is_string()) fail(where + "." + std::string(key), "not a string");
+    return v.get<std::string>();
+  }
+  bool flag(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto& v = at(j, key, where);
+    if (!v.is_boolean()) fail(where + "." + std::string(key), "not true or false");
+    return v.get<bool>();
+  }
+  const nlohmann::json& array(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto& v = at(j, key, where);
+    if (!v.is_array()) fail(where + "." + std::string(key), "not an array");
+    return v;
+  }
+  dtype type(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const std::string name = str(j, key, where);
+    const auto t = dtype_from_ms_name(name);
+    if (!t) fail(where + "." + std::string(key), "unknown dtype '" + name + "'");
+    return *t;
+  }
+  std::vector<std::int64_t> ints(const nlohmann::json& j, const std::string& where) const {
+    if (!j.is_array()) fail(where, "not an array");
+    std::vector<std::int64_t> v;
+    for (const auto& e : j) {
+      const auto x = json_int(e);
+      if (!x) fail(where, "not an array of integers");
+      v.push_back(*x);
+    }
+    return v;
+  }
+  box get_box(const nlohmann::json& j, const std::string& where) const {
+    const auto o = ints(at(j, "offset", where), where + ".offset");
+    const auto e = ints(at(j, "extent", where), where + ".extent");
+    if (o.size() != e.size()) fail(where, "offset and extent of different lengths");
+    if (o.size() > 64) fail(where, "more than 64 dims");
+    box b{index_list(o.size(), 0), index_list(e.size(), 0)};
+    for (std::size_t d = 0; d < o.size(); ++d) {
+      if (o[d] < 0 || e[d] < 0 || e[d] > (index_t{1} << 56) || o[d] > (index_t{1} << 56))
+        fail(where, "an offset or extent out of range");
+      b.offset[d] = o[d];
+      b.extent[d] = e[d];
+    }
+    return b;
+  }
+};
+
+// The first two transfers (by index) whose boxes overlap, if any: a sweep along the dim with the
+// most distinct starts, each box compared only with the boxes still open there (O(T log T) when
+// the boxes are spread along it, as a tiling's are). Boxes of another rank than the first are
+// skipped (checkpoint_plan_problems reports them).
+inline std::optional<std::pair<std::size_t, std::size_t>> first_overlap(const std::vector<plan_transfer>& xs) {
+  if (xs.size() < 2) return std::nullopt;
+  const std::size_t n = xs.front().where.offset.size();
+  std::size_t dim = 0, most = 0;
+  for (std::size_t d = 0; d < n; ++d) {
+    std::set<index_t> starts;
+    for (const auto& x : xs)
+      if (x.where.offset.size() == n) starts.insert(x.where.offset[d]);
+    if (starts.size() > most) most = starts.size(), dim = d;
+  }
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (xs[i].where.offset.size() == n && volume(xs[i].where) > 0) order.push_back(i);
+  if (n == 0) return order.size() > 1 ? std::optional(std::pair{order[0], order[1]}) : std::nullopt;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return xs[a].where.offset[dim] < xs[b].where.offset[dim] || (xs[a].where.offset[dim] == xs[b].where.offset[dim] && a < b);
+  });
+  std::optional<std::pair<std::size_t, std::size_t>> best;
+  std::vector<std::size_t> open;
+  for (std::size_t i : order) {
+    const index_t start = xs[i].where.offset[dim];
+    std::erase_if(open, [&](std::size_t k) { return xs[k].where.offset[dim] + xs[k].where.extent[dim] <= start; });
+    for (std::size_t k : open)
+      if (volume(intersect(xs[k].where, xs[i].where)) > 0) {
+        const std::pair<std::size_t, std::size_t> hit{std::min(i, k), std::max(i, k)};
+        if (!best || hit < *best) best = hit;
+      }
+    open.push_back(i);
+  }
+  return best;
+}
+
+}  // namespace detail
+
+/// The plan a to_json (checkpoint_plan.hpp) wrote, version 2; `origin` names it in messages
+/// ("plan.json"). Keys are checked as the other JSON readers check them: a missing or mistyped
+/// key, or a version other than 2, is an error naming the key.
+inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string& origin) {
+  const detail::plan_json_reader r{origin + ": "};
+  if (!j.is_object()) r.fail("the plan", "not a JSON object (a checkpoint plan is one: reshard ... --plan-out)");
+  if (!j.contains("checkpoint_plan_version"))
+    r.fail("the plan", "no 'checkpoint_plan_version' (not a checkpoint plan: write one with --plan-out)");
+  const auto v = r.i64(j, "checkpoint_plan_version", "the plan");
+  if (v != checkpoint_plan::version)
+    r.fail("checkpoint_plan_version", "version " + std::to_string(v) + ", this program reads version " +
+                                          std::to_string(checkpoint_plan::version) + " (make the plan again)");
+  checkpoint_plan p;
+  for (const auto& s : r.array(j, "sources", "the plan")) {
+    const std::string w = "sources[" + std::to_string(p.sources.size()) + "]";
+    const index_t rank = r.i64(s, "rank", w);
+    plan_source src;
+    src.path = r.str(s, "file", w);
+    src.bytes_read = r.u64(s, "bytes_read", w);
+    src.size = r.u64(s, "size", w);
+    src.mtime_ns = r.i64(s, "mtime_ns", w);
+    const auto& holds = r.at(s, "holds", w);
+    if (!holds.is_object()) r.fail(w + ".holds", "not an object");
+    for (auto it = holds.begin(); it != holds.end(); ++it)
+      src.holds.emplace(it.key(), r.get_box(it.value(), w + ".holds." + it.key()));
+    if (!p.sources.emplace(rank, std::move(src)).second) r.fail(w, "source rank " + std::to_string(rank) + " twice");
+  }
+  for (const auto& t : r.array(j, "targets", "the plan")) {
+    const std::string w = "targets[" + std::to_string(p.targets.size()) + "]";
+    plan_target& pt = p.targets.emplace_back();
+    pt.rank = r.i64(t, "rank", w);
+    pt.path = r.str(t, "path", w);
+    const std::string format = r.str(t, "format", w);
+    if (format == "ckpt")
+      pt.format = checkpoint_format::ckpt;
+    else if (format == "safetensors")
+      pt.format = checkpoint_format::safetensors;
+    else if (format == "hf")
+      pt.format = checkpoint_format::hf;
+    else
+      r.fail(w + ".format", "unknown format '" + format + "' (ckpt, safetensors or hf)");
+    for (const auto& file : r.array(t, "files", w)) {
+      if (!file.is_string()) r.fail(w + ".files", "not an array of strings");
+      pt.files.emplace_back(file.get<std::string>());
+    }
+    pt.safetensors_format = r.str(t, "safetensors_format", w);
+    for (const auto& i : r.array(t, "items", w)) {
+      const std::string wi = w + ".items[" + std::to_string(pt.items.size()) + "]";
+      plan_item& it = pt.items.emplace_back();
+      it.name = r.str(i, "name", wi);
+      it.source_name = r.str(i, "source_name", wi);
+      it.to = r.type(i, "dtype", wi);
+      it.from = r.type(i, "source_dtype", wi);
+      it.dims = r.ints(r.at(i, "dims", wi), wi + ".dims");
+      it.scalar = r.flag(i, "scalar", wi);
+      it.bytes = r.u64(i, "bytes", wi);
+      it.source_bytes = r.u64(i, "source_bytes", wi);
+      it.own_rank_bytes = r.u64(i, "own_rank_bytes", wi);
+      it.file = static_cast<std::size_t>(r.u64(i, "file", wi));
+      const bool copy = i.contains("copy"), slice = i.contains("slice");
+      if (copy == slice) r.fail(wi, "needs exactly one of 'copy' and 'slice'");
+      if (copy) {
+        const auto& c = r.at(i, "copy", wi);
+        it.raw = true;
+        it.source_rank = r.i64(c, "rank", wi + ".copy");
+        for (const auto& g : r.array(c, "ranges", wi + ".copy")) {
+          const auto pair = r.ints(g, wi + ".copy.ranges");
+          if (pair.size() != 2 || pair[0] < 0 || pair[1] < 0) r.fail(wi + ".copy.ranges", "not [offset, bytes] pairs");
+          it.stored.push_back({static_cast<std::uint64_t>(pair[0]), static_cast<std::uint64_t>(pair[1])});
+        }
+      } else {
+        const auto& s = r.at(i, "slice", wi);
+        it.target = r.get_box(r.at(s, "box", wi + ".slice"), wi + ".slice.box");
+        for (const auto& x : r.array(s, "transfers", wi + ".slice")) {
+          const std::string wx = wi + ".slice.transfers[" + std::to_string(it.transfers.size()) + "]";
+          plan_transfer& pt2 = it.transfers.emplace_back();
+          pt2.rank = r.i64(x, "rank", wx);
+          pt2.where = r.get_box(x, wx);
+          pt2.bytes = r.u64(x, "bytes", wx);
+          pt2.held = r.get_box(r.at(x, "held", wx), wx + ".held");
+        }
+      }
+    }
+  }
+  p.bytes_read = r.u64(j, "bytes_read", "the plan");
+  p.bytes_written = r.u64(j, "bytes_written", "the plan");
+  p.cross_bytes = r.u64(j, "cross_rank_bytes", "the plan");
+  p.lower_bound_bytes = r.u64(j, "lower_bound_bytes", "the plan");
+  p.jobs = static_cast<unsigned>(std::min<std::uint64_t>(r.u64(j, "jobs", "the plan"), 1u << 16));
+  p.buffer_bytes = r.u64(j, "buffer_bytes", "the plan");
+  p.peak_memory_bound = r.u64(j, "peak_memory_bound_bytes", "the plan");
+  for (const auto& w : r.array(j, "warnings", "the plan")) {
+    if (!w.is_string()) r.fail("warnings", "not an array of strings");
+    p.warnings.push_back(w.get<std::string>());
+  }
+  for (const auto& c : r.array(j, "casts", "the plan"))
+    p.casts.push_back({r.str(c, "name", "casts"), r.type(c, "from", "casts"), r.type(c, "to", "casts")});
+  const auto& ck = r.at(j, "ckpt", "the plan");
+  p.crc = r.flag(ck, "crc", "ckpt");
+  p.chunk_bytes = r.u64(ck, "chunk_bytes", "ckpt");
+  return p;
+}
+
+/// Everything that is wrong with `p` as a plan, from the plan alone (see the header comment);
+/// empty for a plan to_json wrote from a run. Each problem names the target, the parameter and
+/// the box; at most `max_problems` are listed.
+inline std::vector<std::string> checkpoint_plan_problems(const checkpoint_plan& p, std::size_t max_problems = 20) {
+  std::vector<std::string> out;
+  const auto add = [&](std::string s) {
+    if (out.size() < max_problems) out.push_back(std::move(s));
+  };
+  for (const plan_target& t : p.targets) {
+    const std::string wt = "target rank " + std::to_string(t.rank) + " (" + t.path.string() + ")";
+    const std::size_t files = t.files.size();
+    std::size_t data_files = files;
+    if (t.format == checkpoint_format::hf && files > 1) data_files = files - 1;  // the index
+    if (files == 0 || (t.format != checkpoint_format::hf && files != 1)) add(wt + ": " + std::to_string(files) + " files for the format " + std::string(to_string(t.format)));
+    if (t.format == checkpoint_format::hf && files == 2) add(wt + ": a sharded Hugging Face checkpoint of one shard");
+    if (t.items.empty()) add(wt + ": no items");
+    std::set<std::string_view> names;
+    std::size_t last_file = 0;
+    for (const plan_item& it : t.items) {
+      const std::string wi = wt + ": parameter " + detail::quote_name(it.name);
+      if (!names.insert(it.name).second) add(wi + ": written twice");
+      if (it.file >= data_files) add(wi + ": in file " + std::to_string(it.file) + " of " + std::to_string(data_files));
+      if (it.file < last_file) add(wi + ": out of file order");
+      last_file = std::max(last_file, it.file);
+      const std::uint64_t in = element_size(it.from), on = element_size(it.to);
+      if (it.source_bytes % in != 0 || it.bytes != it.source_bytes / in * on)
+        add(wi + ": " + std::to_string(it.bytes) + " bytes written for " + std::to_string(it.source_bytes) +
+            " read (" + std::string(ms_name(it.from)) + " to " + std::string(ms_name(it.to)) + ")");
+      if (it.own_rank_bytes > it.source_bytes) add(wi + ": more bytes on its own rank than it reads");
+      if (it.raw) {
+        std::uint64_t stored = 0;
+        for (const auto& g : it.stored) stored += g.bytes;
+        if (stored != it.source_bytes) add(wi + ": stored ranges of " + std::to_string(stored) + " bytes for " + std::to_string(it.source_bytes));
+        if (!p.sources.count(it.source_rank)) add(wi + ": copied from source rank " + std::to_string(it.source_rank) + ", which the plan does not read");
+        if (!it.transfers.empty()) add(wi + ": a copy with transfers");
+        continue;
+      }
+      const box& tb = it.target;
+      if (static_cast<std::uint64_t>(volume(tb)) * in != it.source_bytes)
+        add(wi + ": the box " + to_string(tb) + " is not " + std::to_string(it.source_bytes) + " bytes");
+      if (!it.scalar && it.dims != tb.extent.to_vector()) add(wi + ": dims " + detail::format_dims(it.dims) + " are not the box " + to_string(tb));
+      std::uint64_t covered = 0;
+      for (std::size_t k = 0; k < it.transfers.size(); ++k) {
+        const plan_transfer& x = it.transfers[k];
+        const std::string wx = wi + ": transfer " + to_string(x.where) + " from source rank " + std::to_string(x.rank);
+        if (x.where.offset.size() != tb.offset.size() || x.held.offset.size() != tb.offset.size()) {
+          add(wx + ": of another rank than the box " + to_string(tb));
+          continue;
+        }
+        if (intersect(x.where, tb) != x.where) add(wx + ": outside the target box " + to_string(tb));
+        if (intersect(x.where, x.held) != x.where) add(wx + ": outside the box its file holds, " + to_string(x.held));
+        if (static_cast<std::uint64_t>(volume(x.where)) * in != x.bytes) add(wx + ": not " + std::to_string(x.bytes) + " bytes");
+        const auto s = p.sources.find(x.rank);
+        if (s == p.sources.end()) {
+          add(wx + ": the plan does not read source rank " + std::to_string(x.rank));
+        } else {
+          const auto h = s->second.holds.find(it.source_name);
+          if (h == s->second.holds.end())
+            add(wx + ": the file of source rank " + std::to_string(x.rank) + " does not hold the parameter");
+          else if (h->second != x.held)
+            add(wx + ": its sender holds " + to_string(h->second) + ", not " + to_string(x.held));
+        }
+        covered += static_cast<std::uint64_t>(volume(intersect(x.where, tb)));
+      }
+      if (const auto twice = detail::first_overlap(it.transfers))
+        add(wi + ": the transfers " + to_string(it.transfers[twice->first].where) + " from source rank " +
+            std::to_string(it.transfers[twice->first].rank) + " and " + to_string(it.transfers[twice->second].where) +
+            " from source rank " + std::to_string(it.transfers[twice->second].rank) + " overlap (" +
+            to_string(intersect(it.transfers[twice->first].where, it.transfers[twice->second].where)) +
+            " brought twice)");
+      if (covered != static_cast<std::uint64_t>(volume(tb)))
+        add(wi + ": the transfers bring " + std::to_string(covered) + " of the " + std::to_string(volume(tb)) +
+            " elements of the box " + to_string(tb));
+    }
+  }
+  checkpoint_plan sums = p;
+  sum_plan(sums, [&](index_t r) { return p.sources.count(r) ? p.sources.at(r).path : std::filesystem::path(); });
+  if (sums.bytes_read != p.bytes_read || sums.bytes_written != p.bytes_written || sums.cross_bytes != p.cross_bytes ||
+      sums.lower_bound_bytes != p.lower_bound_bytes)
+    add("the totals are not the sums of the items (bytes_read " + std::to_string(p.bytes_read) + ", the items " +
+        std::to_string(sums.bytes_read) + "; bytes_written " + std::to_string(p.bytes_written) + ", the items " +
+        std::to_string(sums.bytes_written) + ")");
+  for (const auto& [r, s] : p.sources) {
+    const auto it = sums.sources.find(r);
+    if ((it == sums.sources.end() ? 0 : it->second.bytes_read) != s.bytes_read)
+      add("source rank " + std::to_string(r) + ": bytes_read " + std::to_string(s.bytes_read) + ", the items read " +
+          std::to_string(it == sums.sources.end() ? 0 : it->second.bytes_read));
+  }
+  return out;
+}
+
+/// Throws a reshard::error listing what is wrong with `p` (checkpoint_plan_problems), after
+/// `who` ("execute: plan.json").
+inline void check_checkpoint_plan(const checkpoint_plan& p, const std::string& who) {
+  const auto problems = checkpoint_plan_problems(p, 10);
+  if (problems.empty()) return;
+  std::string m = who + ": the plan does not add up (" + std::to_string(problems.size()) +
+                  (problems.size() == 10 ? "+" : "") + " problem" + (problems.size() == 1 ? "" : "s") + "):";
+  for (const auto& s : problems) m += "\n  " + s;
+  report_error(m);
+}
+
+/// Which part of `parts` each target of `p` belongs to: the targets by bytes written, largest
+/// first (ties by position), each to the part with the fewest bytes so far (the lowest on a
+/// tie). Deterministic: every process that reads the same plan computes the same parts.
+inline std::vector<std::size_t> plan_part_of_targets(const checkpoint_plan& p, std::size_t parts) {
+  RESHARD_EXPECTS(parts >= 1, "plan_part_of_targets: at least one part");
+  std::vector<std::uint64_t> bytes;
+  for (const auto& t : p.targets) bytes.push_back(totals_of(t).bytes_written);
+  std::vector<std::size_t> order(p.targets.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return bytes[a] > bytes[b]; });
+  std::vector<std::uint64_t> load(parts, 0);
+  std::vector<std::size_t> of(p.targets.size(), 0);
+  for (std::size_t i : order) {
+    const std::size_t k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    of[i] = k;
+    load[k] += bytes[i];
+  }
+  return of;
+}
+
+/// Part `index` of `parts` (0-based) of `p`: its targets (plan_part_of_targets), in the plan's
+/// order, the sources they read and the totals summed again. The parts are disjoint and
+/// together hold every target.
+inline checkpoint_plan plan_part(const checkpoint_plan& p, std::size_t index, std::size_t parts) {
+  if (parts == 0 || index >= parts)
+    report_error("plan part " + std::to_string(index + 1) + "/" + std::to_string(parts) +
+                 ": a part is I/K with 1 <= I <= K");
+  const auto of = plan_part_of_targets(p, parts);
+  checkpoint_plan q = p;
+  q.targets.clear();
+  for (std::size_t i = 0; i < p.targets.size(); ++i)
+    if (of[i] == index) q.targets.push_back(p.targets[i]);
+  sum_plan(q, [](index_t) { return std::filesystem::path(); });  // every source read is listed in p
+  std::set<std::string_view> names;
+  for (const auto& t : q.targets)
+    for (const auto& it : t.items) names.insert(it.name);
+  q.casts.clear();
+  for (const auto& c : p.casts)
+    if (names.count(c.name)) q.casts.push_back(c);
+  return q;
+}
+
+}  // namespace reshard::io
