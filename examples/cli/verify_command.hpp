@@ -92,16 +92,7 @@ inline command add_verify_command(CLI::App& app) {
             const std::string differences = std::to_string(r.mismatches.size()) + " difference" +
                                             (r.mismatches.size() == 1 ? "" : "s");
             if (o->flags.json) {
-              nlohmann::json j;
-              j["ok"] = r.ok();
-              j["files"] = r.files;
-              j["tensors"] = r.tensors;
-              j["bytes"] = r.bytes;
-              j["seconds"] = r.seconds;
-              j["mismatches"] = nlohmann::json::array();
-              for (const auto& m : r.mismatches)
-                j["mismatches"].push_back({{"file", m.file.string()}, {"parameter", m.parameter}, {"what", m.what}});
-              print_json(std::cout, j);
+              print_json(std::cout, io::to_json(r));
             } else {
               std::cout << "verified " << checked << " against " << source << ": " << r.files
                         << " file" << (r.files == 1 ? "" : "s") << ", " << r.tensors << " tensor"

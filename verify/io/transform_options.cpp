@@ -54,8 +54,11 @@ tensors read_tensors(const fs::path& path) {
 void expect_same_tree(const fs::path& a, const fs::path& b) {
   const auto names = list_tree(a);
   ASSERT_EQ(names, list_tree(b));
-  for (const auto& n : names)
-    if (fs::is_regular_file(a / n)) EXPECT_TRUE(read_bytes(a / n) == read_bytes(b / n)) << n;
+  for (const auto& n : names) {
+    if (fs::is_regular_file(a / n)) {
+      EXPECT_TRUE(read_bytes(a / n) == read_bytes(b / n)) << n;
+    }
+  }
 }
 
 // Flips the first byte of `name`'s data in the checkpoint `path` (a ckpt or safetensors file, or
