@@ -364,6 +364,48 @@ py::dict convert_checkpoint(const path& in, const path& out, bool force, const p
   return summary_dict(run_workflow(st, [&] { return reshard::io::convert_checkpoint(in, out, o); }));
 }
 
+// A verify_report as `reshard verify --json` prints it (io::to_json).
+py::dict report_dict(const reshard::io::verify_report& r) { return json_dict(reshard::io::to_json(r)); }
+
+// The verify functions: the outputs of a workflow checked against its sources, given the run's
+// options (`opts`, as for the run).
+py::dict verify_checkpoints(const path& src_dir, const path& dst_dir, const std::string& prefix, const path& src_strategy,
+                            const path& dst_strategy, unsigned jobs, const py::object& progress, const py::dict& opts) {
+  run_state st;
+  st.callback = progress.is_none() ? nullptr : progress.ptr();
+  auto o = options_of(st, jobs, false, opts);
+  return report_dict(run_workflow(st, [&] {
+    return reshard::io::verify_checkpoints(src_dir, dst_dir, prefix, src_strategy, dst_strategy, o);
+  }));
+}
+
+py::dict verify_merged_checkpoint(const path& src_dir, const path& out, const path& src_strategy,
+                                  const py::object& progress, const py::dict& opts) {
+  run_state st;
+  st.callback = progress.is_none() ? nullptr : progress.ptr();
+  auto o = options_of(st, 1, false, opts);
+  return report_dict(
+      run_workflow(st, [&] { return reshard::io::verify_merged_checkpoint(src_dir, out, src_strategy, o); }));
+}
+
+py::dict verify_split_checkpoint(const path& file, const path& dst_dir, const path& dst_strategy,
+                                 const std::string& prefix, unsigned jobs, const py::object& progress,
+                                 const py::dict& opts) {
+  run_state st;
+  st.callback = progress.is_none() ? nullptr : progress.ptr();
+  auto o = options_of(st, jobs, false, opts);
+  return report_dict(run_workflow(
+      st, [&] { return reshard::io::verify_split_checkpoint(file, dst_dir, dst_strategy, prefix, o); }));
+}
+
+py::dict verify_converted_checkpoint(const path& in, const path& out, const py::object& progress,
+                                     const py::dict& opts) {
+  run_state st;
+  st.callback = progress.is_none() ? nullptr : progress.ptr();
+  auto o = options_of(st, 1, false, opts);
+  return report_dict(run_workflow(st, [&] { return reshard::io::verify_converted_checkpoint(in, out, o); }));
+}
+
 // numpy's dtype for a checkpoint dtype: bfloat16 as ml_dtypes.bfloat16 when importable, else
 // uint16 (the same bits).
 py::dtype numpy_dtype(reshard::io::dtype t, std::uint64_t bytes) {
@@ -827,6 +869,13 @@ Layout.dtensor, Layout.jax and Layout.full.)")
   m.def("_split_checkpoint", &split_checkpoint, "file"_a, "dst_dir"_a, "dst_strategy"_a, "prefix"_a, "jobs"_a,
         "force"_a, "progress"_a, "opts"_a);
   m.def("_convert_checkpoint", &convert_checkpoint, "in_file"_a, "out_file"_a, "force"_a, "progress"_a, "opts"_a);
+  m.def("_verify_checkpoints", &verify_checkpoints, "src_dir"_a, "dst_dir"_a, "prefix"_a, "src_strategy"_a,
+        "dst_strategy"_a, "jobs"_a, "progress"_a, "opts"_a);
+  m.def("_verify_merged_checkpoint", &verify_merged_checkpoint, "src_dir"_a, "out"_a, "src_strategy"_a, "progress"_a,
+        "opts"_a);
+  m.def("_verify_split_checkpoint", &verify_split_checkpoint, "file"_a, "dst_dir"_a, "dst_strategy"_a, "prefix"_a,
+        "jobs"_a, "progress"_a, "opts"_a);
+  m.def("_verify_converted_checkpoint", &verify_converted_checkpoint, "in_file"_a, "out_file"_a, "progress"_a, "opts"_a);
   m.def(
       "_hold_at_first_progress", [](int fd) { hold_fd.store(fd); }, "fd"_a,
       "Test-only: the next checkpoint workflow writes 'held\\n' to fd at its first progress report and waits "

@@ -38,7 +38,10 @@ inline command add_transform_command(CLI::App& app) {
       "transform", "Convert a distributed checkpoint (SRC_DIR/rank_<r>/*.ckpt) from one strategy to another");
   sub->add_option("--src-dir", o->src_dir, "the source checkpoint: SRC_DIR/rank_<r>/<last *.ckpt or *.safetensors>")
       ->required();
-  sub->add_option("--dst-dir", o->dst_dir, "where to write DST_DIR/rank_<t>/<prefix><t>.ckpt")->required();
+  sub->add_option("--dst-dir", o->dst_dir,
+                  "where to write DST_DIR/rank_<t>/<prefix><t>.ckpt (.safetensors; --format hf: the directories "
+                  "DST_DIR/rank_<t>/<prefix><t>/)")
+      ->required();
   sub->add_option("--src-strategy", o->src_strategy,
                   "the source strategy file (protobuf, or JSON if *.json); none = unsplit on one rank");
   sub->add_option("--dst-strategy", o->dst_strategy, "the target strategy file; none = unsplit on one rank");
@@ -50,6 +53,7 @@ inline command add_transform_command(CLI::App& app) {
       "                    --src-strategy train_strategy.ckpt --dst-strategy tune_strategy.ckpt");
 
   return {sub, [o] {
+            check_shard_size(o->flags);
 #ifdef RESHARD_CLI_MPI
             if (processes().mpi) {  // mpirun -n K: the target ranks split among the K processes
               mpi::parallel_transform_options po;
@@ -61,7 +65,7 @@ inline command add_transform_command(CLI::App& app) {
               std::string procs(", ");
               procs.append(std::to_string(s.shares.size())).append(s.shares.size() == 1 ? " process" : " processes");
               print_summary("reshard transform",
-                            targets_line("transformed", o->src_dir, o->dst_dir, s.files, o->flags.format, procs), s,
+                            targets_line("transformed", o->src_dir, o->dst_dir, target_count(s, o->flags.format == "hf"), o->flags.format, procs), s,
                             o->flags, &s.shares);
               return;
             }
@@ -69,7 +73,7 @@ inline command add_transform_command(CLI::App& app) {
             const auto s = io::transform_checkpoints(o->src_dir, o->dst_dir, o->prefix, o->src_strategy,
                                                      o->dst_strategy, transform_options_of(o->flags));
             print_summary("reshard transform",
-                          targets_line("transformed", o->src_dir, o->dst_dir, target_count(s), o->flags.format), s,
+                          targets_line("transformed", o->src_dir, o->dst_dir, target_count(s, o->flags.format == "hf"), o->flags.format), s,
                           o->flags);
           }};
 }

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,7 +85,7 @@ struct transform_flags {
 inline void add_dtype_option(CLI::App* sub, std::vector<std::string>& dtypes) {
   sub->add_option("--dtype", dtypes,
                   "DTYPE: cast every floating-point parameter to DTYPE (float32, float16, bfloat16 or float64; "
-                  "rounding to nearest even); GLOB=DTYPE: cast the parameters whose source name (before any --rename) matches GLOB (the first "
+                  "rounding to nearest even); GLOB=DTYPE: cast the parameters whose source name (before any --rename or --rename-map) matches GLOB (the first "
                   "such rule applies, before a plain DTYPE); repeatable; integer parameters are never cast")
       ->check([](const std::string& v) {
         const auto eq = v.rfind('=');
@@ -102,36 +103,87 @@ inline std::string check_size(const std::string& v) {
                      : "not a size: " + v + " (a whole number above 0 and a unit: B, KiB, MiB, GiB, KB, MB, GB, ...)";
 }
 
-/// --format and --max-shard-size of the commands that write one checkpoint (merge, convert): the
-/// format follows --out's name unless it is hf, a Hugging Face checkpoint directory.
-inline void add_file_format_flags(CLI::App* sub, transform_flags& f) {
-  sub->add_option("--format", f.format,
-                  "hf: write a Hugging Face checkpoint into the directory --out (safetensors shards of at most "
-                  "--max-shard-size and model.safetensors.index.json); ckpt or safetensors: as --out's name says "
-                  "(the default)")
-      ->check(CLI::IsMember({"ckpt", "safetensors", "hf"}));
-  sub->add_option("--max-shard-size", f.max_shard_size,
+/// --format FORMAT, one option for every command that names a checkpoint format (transform, split,
+/// merge, convert, transform-rank and verify): ckpt, safetensors or hf; `help` says what it means
+/// for the command's outputs.
+inline void add_format_option(CLI::App* sub, std::string& format, const std::string& help) {
+  sub->add_option("--format", format, help)->check(CLI::IsMember({"ckpt", "safetensors", "hf"}));
+}
+
+/// --max-shard-size SIZE of the commands that can write Hugging Face checkpoints.
+inline void add_shard_size_option(CLI::App* sub, std::string& max_shard_size) {
+  sub->add_option("--max-shard-size", max_shard_size,
                   "with --format hf: the most tensor bytes per shard, as Hugging Face writes it (5GB = 5*10^9, the "
                   "default; 500MB, 2GiB, ...); a larger tensor gets a shard of its own")
       ->check(check_size);
 }
 
-/// Checks --format against the file --out names (merge, convert): ckpt and safetensors must agree
-/// with its name, hf wants a directory.
+/// --max-shard-size is refused without --format hf (it would do nothing).
+inline void check_shard_size(const transform_flags& f) {
+  if (f.format != "hf" && !f.max_shard_size.empty())
+    throw CLI::ValidationError("--max-shard-size", "only with --format hf");
+}
+
+/// The text of --format for the commands that write one checkpoint (merge, convert, transform-rank).
+inline constexpr const char* file_format_help =
+    "hf: write a Hugging Face checkpoint into the directory --out (safetensors shards of at most "
+    "--max-shard-size and model.safetensors.index.json, or one model.safetensors); ckpt or safetensors: as "
+    "--out's name says (the default)";
+
+/// The text of --format for the commands that write one checkpoint per target rank (transform, split).
+inline constexpr const char* rank_format_help =
+    "format of the files written: ckpt (the default), safetensors, or hf: a Hugging Face checkpoint "
+    "directory per target rank, DST_DIR/rank_<t>/<prefix><t>/ (safetensors shards of at most "
+    "--max-shard-size and model.safetensors.index.json, or one model.safetensors)";
+
+/// --format and --max-shard-size of the commands that write one checkpoint (merge, convert,
+/// transform-rank): the format follows --out's name unless it is hf, a Hugging Face checkpoint
+/// directory.
+inline void add_file_format_flags(CLI::App* sub, transform_flags& f) {
+  add_format_option(sub, f.format, file_format_help);
+  add_shard_size_option(sub, f.max_shard_size);
+}
+
+/// Checks --format against the file --out names (merge, convert, transform-rank, verify --out):
+/// ckpt and safetensors must agree with its name, hf wants a directory.
 inline void check_file_format(const transform_flags& f, const std::string& out) {
   const bool st_name = std::filesystem::path(out).extension() == ".safetensors";
   if (f.format == "safetensors" && !st_name)
     throw CLI::ValidationError("--format", "safetensors, but --out " + out + " does not end in .safetensors");
   if (f.format == "ckpt" && st_name && f.format_given)
     throw CLI::ValidationError("--format", "ckpt, but --out " + out + " ends in .safetensors");
-  if (f.format != "hf" && !f.max_shard_size.empty())
-    throw CLI::ValidationError("--max-shard-size", "only with --format hf");
+  check_shard_size(f);
+}
+
+/// The options that choose, rename and cast the parameters (--include, --exclude, --rename,
+/// --rename-map, --dtype): every checkpoint command, and verify, which must be given those of
+/// the run it checks. The globs match the source names, before any renaming.
+inline void add_name_options(CLI::App* sub, transform_flags& f) {
+  sub->add_option("--include", f.include,
+                  "write only the parameters whose source name (before any --rename or --rename-map) matches this "
+                  "glob (*, ?, [...]; repeatable; default: all)");
+  sub->add_option("--exclude", f.exclude,
+                  "leave out the parameters whose source name (before any --rename or --rename-map) matches this "
+                  "glob (repeatable)");
+  sub->add_option("--rename", f.rename,
+                  "REGEX=REPLACEMENT (split at the first '='): rename the parameters in which the RE2 "
+                  "REGEX is found, every match replaced ($1: its first group); repeatable, the first rule that "
+                  "matches applies")
+      ->check([](const std::string& v) {
+        return v.find('=') == std::string::npos || v.front() == '=' ? "not REGEX=REPLACEMENT: " + v : std::string();
+      });
+  sub->add_option(
+         "--rename-map", f.rename_map,
+         "a JSON file {\"old name\": \"new name\", ...}; applied before the --rename rules")
+      ->check(CLI::ExistingPath);  // what it is (a directory, a FIFO, ...) is told when it is read
+  add_dtype_option(sub, f.dtypes);
 }
 
 inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_format, bool with_jobs) {
-  if (with_format)
-    sub->add_option("--format", f.format, "format of the files written: ckpt (default) or safetensors")
-        ->check(CLI::IsMember({"ckpt", "safetensors"}));
+  if (with_format) {  // the commands that write one file per target rank (transform, split)
+    add_format_option(sub, f.format, rank_format_help);
+    add_shard_size_option(sub, f.max_shard_size);
+  }
   if (with_jobs)
     sub->add_option("--jobs,-j", f.jobs,
                     "target files written in parallel (default 0: one per core, at most one per target file; "
@@ -150,23 +202,7 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
   sub->add_flag("--no-sync", f.no_sync,
                 "do not fsync the outputs (scratch outputs only: after a power cut or an OS crash an output "
                 "may be empty or torn under its final name)");
-  sub->add_option("--include", f.include,
-                  "write only the parameters whose source name (before any --rename) matches this glob (*, ?, "
-                  "[...]; repeatable; default: all)");
-  sub->add_option("--exclude", f.exclude,
-                  "leave out the parameters whose source name (before any --rename) matches this glob (repeatable)");
-  sub->add_option("--rename", f.rename,
-                  "REGEX=REPLACEMENT (split at the first '='): rename the parameters in which the RE2 "
-                  "REGEX is found, every match replaced ($1: its first group); repeatable, the first rule that "
-                  "matches applies")
-      ->check([](const std::string& v) {
-        return v.find('=') == std::string::npos || v.front() == '=' ? "not REGEX=REPLACEMENT: " + v : std::string();
-      });
-  sub->add_option(
-         "--rename-map", f.rename_map,
-         "a JSON file {\"old name\": \"new name\", ...}; applied before the --rename rules")
-      ->check(CLI::ExistingPath);  // what it is (a directory, a FIFO, ...) is told when it is read
-  add_dtype_option(sub, f.dtypes);
+  add_name_options(sub, f);
   sub->add_option("--manifest", f.manifest,
                   "also write FILE: per file written its size, SHA-256 and parameters, as JSON (reshard verify "
                   "--manifest checks it); hashing costs a pass over the bytes");
@@ -277,8 +313,15 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   return o;
 }
 
-/// The target files a summary is about: written, or (dry run) that would be.
-inline std::size_t target_count(const io::transform_summary& s) { return s.preview ? s.preview->targets.size() : s.files; }
+/// The targets a summary is about: written, or (dry run) that would be. A Hugging Face target
+/// (`hf`) is a directory of several files: the directories are counted.
+inline std::size_t target_count(const io::transform_summary& s, bool hf) {
+  if (s.preview) return s.preview->targets.size();
+  if (!hf) return s.files;
+  std::set<std::filesystem::path> dirs;
+  for (const auto& p : s.outputs) dirs.insert(p.parent_path());
+  return dirs.size();
+}
 
 /// The first line of split's and transform's summaries: "<verb> FROM -> TO (N target ranks, FORMAT<more>)".
 inline std::string targets_line(const char* verb, const std::string& from, const std::string& to, std::size_t files,

@@ -39,17 +39,22 @@ inline command add_transform_rank_command(CLI::App& app) {
       ->check([](const std::string& v) {
         return parse_rank_file(v) ? std::string() : "'" + v + "' is not SRC_RANK=FILE";
       });
-  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt)")->required();
+  sub->add_option("--out", o->out,
+                  "the file to write (*.safetensors for safetensors, else ckpt), or with --format hf a directory")
+      ->required();
   sub->add_option("--src-strategy", o->src_strategy, "the source strategy file; none = unsplit on one rank");
   sub->add_option("--dst-strategy", o->dst_strategy, "the target strategy file; none = unsplit on one rank");
   add_transform_flags(sub, o->flags, false, false);
+  add_file_format_flags(sub, o->flags);
   sub->footer(
       "Example (target rank 1 of 4, from the source ranks `reshard rank-list --rank 1 ...` printed):\n"
       "  reshard transform-rank --rank 1 --checkpoint 1=train/rank_1/net.ckpt 2=train/rank_2/net.ckpt \\\n"
       "      3=train/rank_3/net.ckpt --out tune_1.ckpt \\\n"
       "      --src-strategy train_strategy.ckpt --dst-strategy tune_strategy.ckpt");
 
-  return {sub, [o] {
+  return {sub, [o, sub] {
+            o->flags.format_given = sub->count("--format") > 0;
+            check_file_format(o->flags, o->out);
             std::map<std::int64_t, std::filesystem::path> files;
             for (const auto& c : o->checkpoints) {
               const auto rf = *parse_rank_file(c);

@@ -21,7 +21,8 @@ Checkpoints, with MindSpore's function names, parameters and defaults:
     merge_pipeline_strategys(src_strategy_dirs, dst_strategy_file)
 
 and load_checkpoint_by_rank (one target rank's parameters as numpy arrays, no file written),
-merge_checkpoints, split_checkpoint, convert_checkpoint.
+merge_checkpoints, split_checkpoint, convert_checkpoint; verify_checkpoints, verify_merged_checkpoint,
+verify_split_checkpoint and verify_converted_checkpoint check what each wrote against its sources.
 
 Progress: the checkpoint functions take `progress=`: None (the default) shows a tqdm bar on a
 terminal when tqdm is importable (nothing otherwise, nor when standard error is not a terminal),
@@ -32,9 +33,13 @@ Selection, renames and casts: every checkpoint function takes the keyword argume
 `include=` and `exclude=` (a glob or a list of globs over the source names), `rename=`
 ({regex: replacement}, the first regex found in a name renames it), `rename_map=` ({old: new})
 and `dtype=` ("bfloat16": every floating-point parameter; {"*.norm*": "float32"}: by glob; or a
-list of both), as the program's --include, --exclude, --rename, --rename-map and --dtype.
-merge_checkpoints and convert_checkpoint also take output_format="hf" (a Hugging Face
-checkpoint directory, shards of at most `max_shard_size` bytes).
+list of both), as the program's --include, --exclude, --rename, --rename-map and --dtype. The globs
+match the source names, before any renaming. Every function that writes checkpoints takes
+output_format="hf" (a Hugging Face checkpoint directory, shards of at most `max_shard_size`
+bytes): transform_checkpoints and split_checkpoint write one per target rank,
+<dst>/rank_<t>/<ckpt_prefix><t>/. The verify functions take the same keyword arguments as the run
+they check (but max_shard_size: they compare tensors, whatever the shards) and return a dict:
+ok, files, tensors, bytes, seconds and mismatches ([{file, parameter, what}]).
 
 Errors are exceptions: reshard.Error (a ValueError) for bad input (layouts, strategies, files),
 OSError and its subclasses (FileNotFoundError, FileExistsError, PermissionError, ...) when the
@@ -70,7 +75,8 @@ __all__ = [
     "check_rank_list_for_transform", "convert", "merge", "plan", "rank_list", "split", "transform_checkpoints",
     "transform_checkpoint_by_rank", "rank_list_for_transform",
     "merge_pipeline_strategys", "merge_pipeline_strategies", "load_checkpoint_by_rank", "merge_checkpoints",
-    "split_checkpoint", "convert_checkpoint",
+    "split_checkpoint", "convert_checkpoint", "verify_checkpoints", "verify_merged_checkpoint",
+    "verify_split_checkpoint", "verify_converted_checkpoint",
 ]
 
 
@@ -157,8 +163,9 @@ def _run(fn, progress, desc, *args, opts=None):
 
 
 def _format(output_format):
-    if output_format not in ("ckpt", "safetensors"):
-        raise ValueError("output_format must be 'ckpt' or 'safetensors', not %r" % (output_format,))
+    """The format of the per-rank outputs (transform_checkpoints, split_checkpoint)."""
+    if output_format not in ("ckpt", "safetensors", "hf"):
+        raise ValueError("output_format must be 'ckpt', 'safetensors' or 'hf', not %r" % (output_format,))
     return output_format
 
 
@@ -229,11 +236,14 @@ def _opts(output_format=None, max_shard_size=None, include=None, exclude=None, r
 
 def transform_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix, src_strategy_file=None,
                           dst_strategy_file=None, process_num=1, output_format="ckpt", *, progress=None,
-                          force=False, include=None, exclude=None, rename=None, rename_map=None, dtype=None):
+                          force=False, max_shard_size=None, include=None, exclude=None, rename=None, rename_map=None,
+                          dtype=None):
     """Converts the distributed checkpoint `src_checkpoints_dir` (rank_<r>/<last *.ckpt or *.safetensors>
     for every source rank r) from the layouts of `src_strategy_file` to those of `dst_strategy_file`,
     writing `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>.ckpt (or .safetensors, per `output_format`)
-    for every target rank t. A strategy file of None: the tensors whole on one rank.
+    for every target rank t. A strategy file of None: the tensors whole on one rank. With
+    output_format="hf" every target rank gets a Hugging Face checkpoint directory
+    `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>/ (shards of at most `max_shard_size` bytes).
 
     reshard converts any M source ranks to any N target ranks (no divisibility between them), with
     uneven shards, optimizer sharding and pipeline stages. `process_num` is the number of target
@@ -245,14 +255,17 @@ def transform_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix,
                 _path(src_checkpoints_dir, "src_checkpoints_dir", True), _path(dst_checkpoints_dir, "dst_checkpoints_dir"),
                 _prefix(ckpt_prefix), _path(src_strategy_file, "src_strategy_file", True, True),
                 _path(dst_strategy_file, "dst_strategy_file", True, True), _int(process_num, "process_num", 0),
-                bool(force), opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype))
+                bool(force),
+                opts=_opts(_format(output_format), max_shard_size, include, exclude, rename, rename_map, dtype))
 
 
 def transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_file_name, src_strategy_file=None,
-                                 dst_strategy_file=None, *, progress=None, force=False, include=None, exclude=None,
-                                 rename=None, rename_map=None, dtype=None):
+                                 dst_strategy_file=None, *, progress=None, force=False, output_format=None,
+                                 max_shard_size=None, include=None, exclude=None, rename=None, rename_map=None,
+                                 dtype=None):
     """Writes target rank `rank_id`'s checkpoint `save_checkpoint_file_name` (ckpt, or safetensors if
-    the name ends in .safetensors) from `checkpoint_files_map` ({source rank: checkpoint file}).
+    the name ends in .safetensors; with output_format="hf" a Hugging Face checkpoint directory) from
+    `checkpoint_files_map` ({source rank: checkpoint file}).
 
     The files needed are rank_list_for_transform(rank_id, ...), which reshard keeps minimal: one
     source rank per distinct piece of data (any replica of a piece also does). Returns a summary dict."""
@@ -261,7 +274,8 @@ def transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_
                 _path(save_checkpoint_file_name, "save_checkpoint_file_name"),
                 _path(src_strategy_file, "src_strategy_file", True, True),
                 _path(dst_strategy_file, "dst_strategy_file", True, True), bool(force),
-                opts=_opts(None, None, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_by_name_or_hf(output_format), max_shard_size, include, exclude, rename, rename_map,
+                           dtype))
 
 
 def rank_list_for_transform(rank_id, src_strategy_file=None, dst_strategy_file=None):
@@ -331,15 +345,16 @@ def merge_checkpoints(src_checkpoints_dir, dst_checkpoint_file, src_strategy_fil
 
 
 def split_checkpoint(checkpoint_file, dst_checkpoints_dir, dst_strategy_file, ckpt_prefix="checkpoint_",
-                     process_num=1, output_format="ckpt", *, progress=None, force=False, include=None, exclude=None,
-                     rename=None, rename_map=None, dtype=None):
+                     process_num=1, output_format="ckpt", *, progress=None, force=False, max_shard_size=None,
+                     include=None, exclude=None, rename=None, rename_map=None, dtype=None):
     """Splits a checkpoint of full tensors by `dst_strategy_file` into
-    `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>.ckpt (or .safetensors)."""
+    `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>.ckpt (or .safetensors; with output_format="hf"
+    the Hugging Face checkpoint directories `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>/)."""
     return _run(_core._split_checkpoint, progress, "split_checkpoint",
                 _path(checkpoint_file, "checkpoint_file", True), _path(dst_checkpoints_dir, "dst_checkpoints_dir"),
                 _path(dst_strategy_file, "dst_strategy_file", True), _prefix(ckpt_prefix),
                 _int(process_num, "process_num", 0), bool(force),
-                opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_format(output_format), max_shard_size, include, exclude, rename, rename_map, dtype))
 
 
 def convert_checkpoint(src_file, dst_file, *, progress=None, force=False, output_format=None, max_shard_size=None,
@@ -356,3 +371,55 @@ def _by_name_or_hf(output_format):
         raise ValueError("output_format must be None (ckpt or safetensors, by the file's name) or 'hf', not %r"
                          % (output_format,))
     return output_format
+
+
+# ------------------------------------------------------------------------------------------------
+# checking what the functions above wrote
+
+def verify_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix, src_strategy_file=None,
+                       dst_strategy_file=None, process_num=1, output_format="ckpt", *, progress=None, include=None,
+                       exclude=None, rename=None, rename_map=None, dtype=None):
+    """Checks what transform_checkpoints wrote to `dst_checkpoints_dir` against its sources: every
+    target tensor is made again and compared byte for byte. Give it the arguments of the run
+    (output_format, include, exclude, rename, rename_map, dtype): the tensors expected are those the
+    run wrote. Returns {ok, files, tensors, bytes, seconds, mismatches: [{file, parameter, what}]};
+    a difference is a mismatch, not an exception (bad sources are errors, as for the run)."""
+    return _run(_core._verify_checkpoints, progress, "verify_checkpoints",
+                _path(src_checkpoints_dir, "src_checkpoints_dir", True),
+                _path(dst_checkpoints_dir, "dst_checkpoints_dir", True), _prefix(ckpt_prefix),
+                _path(src_strategy_file, "src_strategy_file", True, True),
+                _path(dst_strategy_file, "dst_strategy_file", True, True), _int(process_num, "process_num", 0),
+                opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype))
+
+
+def verify_merged_checkpoint(src_checkpoints_dir, dst_checkpoint_file, src_strategy_file=None, *, progress=None,
+                             output_format=None, include=None, exclude=None, rename=None, rename_map=None,
+                             dtype=None):
+    """Checks what merge_checkpoints wrote to `dst_checkpoint_file` (a file, or with
+    output_format="hf" a Hugging Face directory) against its sources, as verify_checkpoints does."""
+    return _run(_core._verify_merged_checkpoint, progress, "verify_merged_checkpoint",
+                _path(src_checkpoints_dir, "src_checkpoints_dir", True),
+                _path(dst_checkpoint_file, "dst_checkpoint_file", True),
+                _path(src_strategy_file, "src_strategy_file", True, True),
+                opts=_opts(_by_name_or_hf(output_format), None, include, exclude, rename, rename_map, dtype))
+
+
+def verify_split_checkpoint(checkpoint_file, dst_checkpoints_dir, dst_strategy_file, ckpt_prefix="checkpoint_",
+                            process_num=1, output_format="ckpt", *, progress=None, include=None, exclude=None,
+                            rename=None, rename_map=None, dtype=None):
+    """Checks what split_checkpoint wrote to `dst_checkpoints_dir` against `checkpoint_file`, as
+    verify_checkpoints does."""
+    return _run(_core._verify_split_checkpoint, progress, "verify_split_checkpoint",
+                _path(checkpoint_file, "checkpoint_file", True), _path(dst_checkpoints_dir, "dst_checkpoints_dir", True),
+                _path(dst_strategy_file, "dst_strategy_file", True), _prefix(ckpt_prefix),
+                _int(process_num, "process_num", 0),
+                opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype))
+
+
+def verify_converted_checkpoint(src_file, dst_file, *, progress=None, output_format=None, include=None, exclude=None,
+                                rename=None, rename_map=None, dtype=None):
+    """Checks what convert_checkpoint wrote to `dst_file` against `src_file`, as verify_checkpoints
+    does."""
+    return _run(_core._verify_converted_checkpoint, progress, "verify_converted_checkpoint",
+                _path(src_file, "src_file", True), _path(dst_file, "dst_file", True),
+                opts=_opts(_by_name_or_hf(output_format), None, include, exclude, rename, rename_map, dtype))

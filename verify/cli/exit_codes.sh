@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Exit codes (docs/cli.md#exit-codes): every subcommand refuses an unknown flag, a missing required
-# option and a bad value with exit 2 and one line naming the option; the cases that once escaped as
+# option and a bad value with exit 2 and one line naming the option; so does every checkpoint
+# command (and verify) for each shared option: --format, --rename, --rename-map, --dtype,
+# --include, --exclude, --max-shard-size, --max-memory; the cases that once escaped as
 # exit 3 ("internal error") now exit 1 (bad input) or 2 (bad usage) with a clear message; and the
 # strict JSON inputs (strategy files, --rename-map) refuse unknown keys, trailing text and
 # duplicate keys with exit 1.
@@ -47,8 +49,48 @@ expect_error "convert: unknown flag" 2 "--bogus" convert --in "$tmp/a.ckpt" --ou
 expect_error "convert: missing --in" 2 "--in is required" convert --out "$tmp/o.ckpt"
 expect_error "convert: bad value" 2 "--max-memory: not a size: 12XB" convert --in "$tmp/a.ckpt" --out "$tmp/o.ckpt" --max-memory 12XB
 expect_error "verify: unknown flag" 2 "--bogus" verify --src-dir "$tmp" --dst-dir "$tmp" --bogus
-expect_error "verify: missing --dst-dir" 2 "--dst-dir is required" verify --src-dir "$tmp"
+expect_error "verify: missing --dst-dir" 2 "--dst-dir: the outputs are required: --dst-dir or --out" verify --src-dir "$tmp"
 expect_error "verify: bad value" 2 "--read-mode" verify --src-dir "$tmp" --dst-dir "$tmp" --read-mode fast
+
+# the options every checkpoint command shares (and verify, which takes the run's): each with a bad
+# value -> 2, one line naming the option, on every subcommand that has it
+declare -A base=(
+  [transform]="transform --src-dir $tmp --dst-dir $tmp/o"
+  [split]="split --checkpoint $tmp/a.ckpt --dst-dir $tmp/o --dst-strategy $S"
+  [merge]="merge --src-dir $tmp --out $tmp/o.ckpt"
+  [convert]="convert --in $tmp/a.ckpt --out $tmp/o.ckpt"
+  [transform-rank]="transform-rank --rank 0 --checkpoint 0=$tmp/a.ckpt --out $tmp/o.ckpt"
+  [verify]="verify --src-dir $tmp --dst-dir $tmp/o"
+)
+for cmd in transform split merge convert transform-rank verify; do
+  read -r -a b <<<"${base[$cmd]}"
+  expect_error "$cmd: --format zip" 2 "--format: zip not in {ckpt,safetensors,hf}" "${b[@]}" --format zip
+  expect_error "$cmd: --rename without =" 2 "--rename: not REGEX=REPLACEMENT: layer1" "${b[@]}" --rename layer1
+  expect_error "$cmd: --rename =x" 2 "--rename: not REGEX=REPLACEMENT: =x" "${b[@]}" --rename =x
+  expect_error "$cmd: --rename-map that does not exist" 2 "--rename-map: Path does not exist: $tmp/none.json" \
+    "${b[@]}" --rename-map "$tmp/none.json"
+  expect_error "$cmd: --dtype float33" 2 "--dtype: not a dtype: float33" "${b[@]}" --dtype float33
+  expect_error "$cmd: --dtype =float16" 2 "--dtype: not GLOB=DTYPE: =float16" "${b[@]}" --dtype =float16
+  expect_error "$cmd: --include without a value" 2 "--include" "${b[@]}" --include
+  expect_error "$cmd: --exclude without a value" 2 "--exclude" "${b[@]}" --exclude
+  if [[ $cmd != verify ]]; then
+    expect_error "$cmd: --max-shard-size 0" 2 "--max-shard-size: not a size: 0" "${b[@]}" --format hf --max-shard-size 0
+    expect_error "$cmd: --max-shard-size 5XB" 2 "--max-shard-size: not a size: 5XB" "${b[@]}" --format hf --max-shard-size 5XB
+    expect_error "$cmd: --max-memory 0" 2 "--max-memory: not a size: 0" "${b[@]}" --max-memory 0
+  fi
+done
+for cmd in transform split; do  # --max-shard-size does nothing without --format hf: refused
+  read -r -a b <<<"${base[$cmd]}"
+  expect_error "$cmd: --max-shard-size without --format hf" 2 "--max-shard-size: only with --format hf" \
+    "${b[@]}" --max-shard-size 1KB
+  expect_error "$cmd: --max-shard-size with --format safetensors" 2 "--max-shard-size: only with --format hf" \
+    "${b[@]}" --format safetensors --max-shard-size 1KB
+done
+read -r -a b <<<"${base[transform-rank]}"
+expect_error "transform-rank: --format safetensors with a .ckpt --out" 2 \
+  "--format: safetensors, but --out $tmp/o.ckpt does not end in .safetensors" "${b[@]}" --format safetensors
+read -r -a b <<<"${base[verify]}"
+expect_error "verify: --max-shard-size (not a verify option)" 2 "--max-shard-size" "${b[@]}" --max-shard-size 1KB
 
 # once exit 3 (internal error): options that do not go together are bad usage (2), with the option
 expect_error "two dtypes for all parameters" 2 "--dtype: given two dtypes for all parameters: Float16 and BFloat16" \

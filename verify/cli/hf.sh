@@ -92,8 +92,9 @@ with open(os.path.join(tmp, "layouts.json"), "w") as f:
 EOF
 S=$tmp/strategy.ckpt
 
-# ranks_ok NAME DIR FORMAT [DTYPE]: DIR/rank_<t>/checkpoint_<t>.<FORMAT> for t < 8 hold every
-# tensor of $tmp/hf, sliced by layouts.json (whole when not in it), cast to DTYPE if given
+# ranks_ok NAME DIR FORMAT [DTYPE]: DIR/rank_<t>/checkpoint_<t>.<FORMAT> (FORMAT hf: the Hugging
+# Face directory DIR/rank_<t>/checkpoint_<t>/) for t < 8 hold every tensor of $tmp/hf, sliced by
+# layouts.json (whole when not in it), cast to DTYPE if given
 ranks_ok() {
   local verdict
   verdict=$("$PY" - "$PYDIR" "$tmp" "$2" "$3" "${4:-}" <<'EOF'
@@ -108,12 +109,14 @@ model = hf.read_model(os.path.join(tmp, "hf"))
 lays = json.load(open(os.path.join(tmp, "layouts.json")))
 p = []
 for t in range(8):
-    path = os.path.join(out, "rank_%d" % t, "checkpoint_%d.%s" % (t, fmt))
-    if not os.path.isfile(path):
+    path = os.path.join(out, "rank_%d" % t, "checkpoint_%d%s" % (t, "" if fmt == "hf" else "." + fmt))
+    if not (os.path.isdir if fmt == "hf" else os.path.isfile)(path):
         p.append("%s is missing" % path)
         continue
     got = {}
-    if fmt == "ckpt":
+    if fmt == "hf":
+        got = {n: list(v) for n, v in hf.read_model(path).items()}
+    elif fmt == "ckpt":
         for v in ms_files.parse_ckpt(path).value:
             g = got.setdefault(v.tag, [ms_scenario.ST_NAME.get(v.tensor.tensor_type, v.tensor.tensor_type),
                                        list(v.tensor.dims), b""])
@@ -211,9 +214,70 @@ if ok "split an HF directory to safetensors" split --checkpoint "$tmp/hf" --dst-
   fi
 fi
 
+# ---- --format hf per target rank (split, transform): DIR/rank_<t>/checkpoint_<t>/ -------------
+# each rank's directory is a Hugging Face checkpoint (shards by HF's rule, {"format": "pt"}, the
+# index), its values those of the full tensors sliced by the strategy, and equal to the
+# safetensors split's; verify --format hf accepts them and catches a flipped byte in a shard
+if ok "split --format hf" split --checkpoint "$tmp/hf" --dst-dir "$tmp/ranks_hf" --dst-strategy "$S" \
+    --format hf --max-shard-size 4KB; then
+  if grep -q "^split $tmp/hf -> $tmp/ranks_hf (8 target ranks, hf)" <<<"$out"; then pass; else
+    fail "split --format hf: the summary counts target ranks, not files" "$out"; fi
+  ranks_ok "split --format hf: every rank's slices" "$tmp/ranks_hf" hf
+  for t in 0 7; do
+    layout_ok "split --format hf: rank $t's files" "$tmp/ranks_hf/rank_$t/checkpoint_$t" many
+    expect_hf "split --format hf: rank $t's shards by HF's rule" \
+      expect-shards "$tmp/ranks_hf/rank_$t/checkpoint_$t" --max-shard-size 4000 --order file
+  done
+  if [[ -d $tmp/ranks_st ]]; then
+    for t in 0 1 2 3 4 5 6 7; do
+      expect_hf "split --format hf: rank $t equals the safetensors split's" \
+        equal "$tmp/ranks_st/rank_$t/checkpoint_$t.safetensors" "$tmp/ranks_hf/rank_$t/checkpoint_$t"
+    done
+  fi
+  expect_text "verify --format hf of the split" ": identical" \
+    verify --in "$tmp/hf" --dst-dir "$tmp/ranks_hf" --dst-strategy "$S" --format hf
+  cp -r "$tmp/ranks_hf" "$tmp/ranks_hf_flipped"
+  "$PY" - "$tmp/ranks_hf_flipped/rank_3/checkpoint_3" <<'EOF2'
+import glob, struct, sys
+path = glob.glob(sys.argv[1] + "/model-00001-of-*.safetensors")[0]
+b = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+b[8 + n] ^= 0x10  # the first byte of the data section
+open(path, "wb").write(bytes(b))
+EOF2
+  run verify --in "$tmp/hf" --dst-dir "$tmp/ranks_hf_flipped" --dst-strategy "$S" --format hf
+  if [[ $rc -eq 1 ]] && grep -q "rank_3/checkpoint_3: parameter '.*': differs from element 0 (byte 0)" <<<"$out" \
+     && [[ $(grep -c "differs" <<<"$out") -eq 1 ]]; then pass; else
+    fail "verify --format hf: a flipped byte in a shard of rank 3" "rc $rc" "$out" "$err"; fi
+fi
+if ok "transform --format hf (HF source)" transform --src-dir "$tmp/hf" --dst-dir "$tmp/tr_hf" --dst-strategy "$S" \
+    --format hf; then
+  ranks_ok "transform --format hf: every rank's slices" "$tmp/tr_hf" hf
+  got=$(ls -A "$tmp/tr_hf/rank_5/checkpoint_5" | paste -sd' ' -)
+  if [[ $got == model.safetensors ]]; then pass; else fail "transform --format hf, 5GB: one model.safetensors" "got: $got"; fi
+  expect_text "verify --format hf of the transform" ": identical" \
+    verify --src-dir "$tmp/hf" --dst-dir "$tmp/tr_hf" --dst-strategy "$S" --format hf
+  expect_error "transform --format hf onto itself without --force" 1 "model.safetensors exists" \
+    transform --src-dir "$tmp/hf" --dst-dir "$tmp/tr_hf" --dst-strategy "$S" --format hf
+fi
+if ok "transform --format hf, --dtype bfloat16 --exclude" transform --src-dir "$tmp/ranks" --src-strategy "$S" \
+    --dst-dir "$tmp/tr_bf" --dst-strategy "$S" --format hf --dtype bfloat16 --exclude 'model.rope.*'; then
+  expect_text "verify with the run's --format hf, --dtype and --exclude" ": identical" \
+    verify --src-dir "$tmp/ranks" --src-strategy "$S" --dst-dir "$tmp/tr_bf" --dst-strategy "$S" --format hf \
+    --dtype bfloat16 --exclude 'model.rope.*'
+fi
+
+# ---- verify --out: a merged or converted output, HF or a file ----------------------------------
+if [[ -d $tmp/back ]]; then
+  expect_text "verify --out of the merge to HF" "1 file, [0-9]+ tensors, .*: identical" \
+    verify --src-dir "$tmp/ranks" --src-strategy "$S" --out "$tmp/back" --format hf
+fi
+
 # ---- convert: HF -> one .safetensors / .ckpt -> HF ---------------------------------------------
 if ok "convert HF -> .safetensors" convert --in "$tmp/hf" --out "$tmp/full.safetensors"; then
   expect_hf "convert HF -> .safetensors: the same tensors" equal "$tmp/hf" "$tmp/full.safetensors"
+  expect_text "verify --in --out of the convert" "1 file, [0-9]+ tensors, .*: identical" \
+    verify --in "$tmp/hf" --out "$tmp/full.safetensors"
   if ok "convert .safetensors -> HF" convert --in "$tmp/full.safetensors" --out "$tmp/from_st" --format hf --max-shard-size 20000; then
     expect_hf "convert .safetensors -> HF: the same model" equal "$tmp/hf" "$tmp/from_st"
     expect_hf "convert .safetensors -> HF: shards" expect-shards "$tmp/from_st" --max-shard-size 20000 --order file

@@ -163,3 +163,116 @@ def test_bad_arguments_raise_before_anything_is_written(retrain, tmp_path):
                                       progress=False)
     assert files_under(out) == [] and not os.path.exists(out)
     assert not [f for f in files_under(str(tmp_path)) if "evil_" in f]
+
+
+# ------------------------------------------------------------------------------------------------
+# output_format="hf" per target rank, and the verify functions given the run's arguments (issue 20)
+
+NOT_IN_SAFETENSORS = ["optimizer_name", "emb_table"]  # a str and a map tensor
+
+
+def test_transform_and_split_write_one_hugging_face_checkpoint_per_rank(retrain):
+    m = retrain
+    out = os.path.join(m["dir"], "hf")
+    s = reshard.transform_checkpoints(m["src_dir"], out, "checkpoint_", m["src_strategy"], m["dst_strategy"],
+                                      output_format="hf", max_shard_size=256, exclude=NOT_IN_SAFETENSORS,
+                                      progress=False)
+    assert len({os.path.dirname(p) for p in s["outputs"]}) == m["N"]
+    for t in range(m["N"]):
+        d = os.path.join(out, "rank_%d" % t, "checkpoint_%d" % t)
+        assert os.path.isfile(os.path.join(d, "model.safetensors.index.json")), d  # 256-byte shards: several
+        model = hf_reference.read_model(d)  # the independent reader
+        want = {n: a for n, a in m["plain"][t].items() if n not in NOT_IN_SAFETENSORS}
+        assert set(model) == set(want)
+        for name, a in want.items():
+            assert model[name][2] == bits(a).tobytes(), (t, name)  # the values of the ckpt run (load)
+    # split: the merged checkpoint to HF ranks, the same tensors as the ckpt split
+    merged = os.path.join(m["dir"], "merged.ckpt")
+    reshard.merge_checkpoints(m["src_dir"], merged, m["src_strategy"], exclude=NOT_IN_SAFETENSORS, progress=False)
+    reshard.split_checkpoint(merged, os.path.join(m["dir"], "split_ckpt"), m["dst_strategy"], progress=False)
+    reshard.split_checkpoint(merged, os.path.join(m["dir"], "split_hf"), m["dst_strategy"], "part_",
+                             output_format="hf", progress=False)
+    for t in range(m["N"]):
+        d = os.path.join(m["dir"], "split_hf", "rank_%d" % t, "part_%d" % t)
+        assert sorted(os.listdir(d)) == ["model.safetensors"]  # the default 5GB: one file
+        got = reshard.load_checkpoint_by_rank(0, {0: d})
+        want = reshard.load_checkpoint_by_rank(
+            0, {0: os.path.join(m["dir"], "split_ckpt", "rank_%d" % t, "checkpoint_%d.ckpt" % t)})
+        assert sorted(got) == sorted(want)
+        assert all(np.array_equal(bits(got[n]), bits(want[n])) for n in want), t
+    # transform_checkpoint_by_rank too
+    one = os.path.join(m["dir"], "by_rank_hf")
+    reshard.transform_checkpoint_by_rank(1, m["files"], one, m["src_strategy"], m["dst_strategy"],
+                                         output_format="hf", exclude=NOT_IN_SAFETENSORS, progress=False)
+    assert set(hf_reference.read_model(one)) == set(m["plain"][1]) - set(NOT_IN_SAFETENSORS)
+    with pytest.raises(ValueError, match="output_format must be 'ckpt', 'safetensors' or 'hf', not 'zip'"):
+        reshard.transform_checkpoints(m["src_dir"], out, "checkpoint_", m["src_strategy"], m["dst_strategy"],
+                                      output_format="zip", progress=False)
+    with pytest.raises(ValueError, match="max_shard_size applies to output_format='hf' only"):
+        reshard.split_checkpoint(merged, os.path.join(m["dir"], "never"), m["dst_strategy"], max_shard_size=10)
+    assert not os.path.exists(os.path.join(m["dir"], "never"))
+
+
+def mismatches(report):
+    return sorted((os.path.basename(x["file"]), x["parameter"], x["what"]) for x in report["mismatches"])
+
+
+def test_verify_checkpoints_takes_the_runs_arguments(retrain):
+    m = retrain
+    out = os.path.join(m["dir"], "sel")
+    run = dict(include=["layer1.*", "embedding"], exclude="*.bias", dtype="bfloat16")
+    args = (m["src_dir"], out, "checkpoint_", m["src_strategy"], m["dst_strategy"])
+    reshard.transform_checkpoints(*args, progress=False, **run)
+    r = reshard.verify_checkpoints(*args, progress=False, **run)
+    assert r["ok"] and r["mismatches"] == [] and r["files"] == m["N"] and r["tensors"] == 2 * m["N"]
+    # without them: the false "missing" of before, and the cast parameters of another dtype
+    plain = mismatches(reshard.verify_checkpoints(*args, progress=False))
+    assert ("checkpoint_0.ckpt", "layer1.bias", "missing") in plain
+    assert ("checkpoint_0.ckpt", "layer1.weight", "dtype BFloat16, expected Float32") in plain
+    # a real difference is still found: a flipped byte of rank 3's embedding
+    path = os.path.join(out, "rank_3", "checkpoint_3.ckpt")
+    cp = ms_files.parse_ckpt(path)
+    v = next(v for v in cp.value if v.tag == "embedding")
+    c = bytearray(v.tensor.tensor_content)
+    c[1] ^= 0x01
+    v.tensor.tensor_content = bytes(c)
+    with open(path, "wb") as f:
+        f.write(cp.SerializeToString())
+    r = reshard.verify_checkpoints(*args, progress=False, **run)
+    assert not r["ok"] and mismatches(r) == [("checkpoint_3.ckpt", "embedding", "differs from element 0 (byte 1)")]
+
+
+def test_verify_merged_split_and_converted(retrain):
+    m = retrain
+    hf = os.path.join(m["dir"], "merged_hf")
+    run = dict(rename={"^layer1\\.": "L1."}, rename_map={"embedding": "tok_embeddings"}, exclude=NOT_IN_SAFETENSORS)
+    reshard.merge_checkpoints(m["src_dir"], hf, m["src_strategy"], output_format="hf", max_shard_size=300,
+                              progress=False, **run)
+    r = reshard.verify_merged_checkpoint(m["src_dir"], hf, m["src_strategy"], output_format="hf", progress=False, **run)
+    assert r["ok"] and r["files"] == 1, r
+    r = reshard.verify_merged_checkpoint(m["src_dir"], hf, m["src_strategy"], output_format="hf", progress=False,
+                                         exclude=NOT_IN_SAFETENSORS)
+    assert ("merged_hf", "tok_embeddings", "not expected (no source makes it)") in mismatches(r)
+    assert ("merged_hf", "embedding", "missing") in mismatches(r)
+    # convert the HF directory to one .safetensors, cast by glob
+    st = os.path.join(m["dir"], "conv.safetensors")
+    reshard.convert_checkpoint(hf, st, dtype={"L1.*": "float64"}, progress=False)
+    assert reshard.verify_converted_checkpoint(hf, st, dtype={"L1.*": "float64"}, progress=False)["ok"]
+    assert len(reshard.verify_converted_checkpoint(hf, st, progress=False)["mismatches"]) == 2  # L1.weight, L1.bias
+    # split the merged checkpoint to HF ranks, selected
+    full = os.path.join(m["dir"], "full.ckpt")
+    reshard.merge_checkpoints(m["src_dir"], full, m["src_strategy"], exclude=NOT_IN_SAFETENSORS, progress=False)
+    split = os.path.join(m["dir"], "split")
+    args = (full, split, m["dst_strategy"], "x_")
+    reshard.split_checkpoint(*args, output_format="hf", include="layer1.*", progress=False)
+    r = reshard.verify_split_checkpoint(*args, output_format="hf", include="layer1.*", progress=False)
+    assert r["ok"] and r["files"] == m["N"] and r["tensors"] == 2 * m["N"], r
+    r = reshard.verify_split_checkpoint(*args, output_format="hf", progress=False)
+    others = {n for n in m["plain"][0] if n not in NOT_IN_SAFETENSORS and not n.startswith("layer1.")}
+    assert others and {p for _, p, w in mismatches(r) if w == "missing"} == others
+    assert all(w == "missing" for _, _, w in mismatches(r))
+    # bad arguments raise before anything is read
+    with pytest.raises(TypeError, match="max_shard_size"):
+        reshard.verify_converted_checkpoint(hf, st, max_shard_size=10)
+    with pytest.raises(FileNotFoundError, match="dst_file"):
+        reshard.verify_converted_checkpoint(hf, os.path.join(m["dir"], "nowhere.ckpt"))

@@ -10,6 +10,8 @@
 //   merge_checkpoints(src_dir, out_file, src_strategy)                            all ranks -> one file
 //   split_checkpoint(file, dst_dir, dst_strategy)                                 one file -> ranks
 //   convert_checkpoint(in_file, out_file)                                         ckpt <-> safetensors
+//   verify_merged_checkpoint, verify_split_checkpoint, verify_converted_checkpoint
+//                                                                                 their outputs vs sources
 //   transform_checkpoints_for_ranks(src_dir, dst_dir, ..., ranks)                 some target ranks
 //
 // Each builds a transform_job (engine.hpp: what each target gets and from where, memory, errors
@@ -25,6 +27,8 @@
 #include <reshard/io/strategy_layouts.hpp>
 #include <reshard/io/work_split.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -35,16 +39,32 @@
 
 namespace reshard::io {
 
+/// A verify_report as JSON: {"ok", "files", "tensors", "bytes", "seconds", "mismatches":
+/// [{"file", "parameter", "what"}]}, what `reshard verify --json` prints and the Python verify
+/// functions return. (Beside the verify functions until summary.hpp, where the other to_json
+/// live, takes it.)
+inline nlohmann::json to_json(const verify_report& r) {
+  nlohmann::json j;
+  j["ok"] = r.ok();
+  j["files"] = r.files;
+  j["tensors"] = r.tensors;
+  j["bytes"] = r.bytes;
+  j["seconds"] = r.seconds;
+  j["mismatches"] = nlohmann::json::array();
+  for (const auto& m : r.mismatches)
+    j["mismatches"].push_back({{"file", m.file.string()}, {"parameter", m.parameter}, {"what", m.what}});
+  return j;
+}
+
 // ---------------------------------------------------------------------------------------------
 // the workflows
 
 namespace detail {
-// Every target rank of `dst` and its file `dst_dir/rank_<t>/<prefix><t>.<format>`.
+// Every target rank of `dst` and its file `dst_dir/rank_<t>/<prefix><t>.<format>`; for
+// checkpoint_format::hf, its Hugging Face checkpoint directory `dst_dir/rank_<t>/<prefix><t>/`
+// (rank_checkpoint_path's name with no extension, as work_split and MPI name it too).
 inline std::vector<transform_target> rank_targets(const strategy_layouts& dst, const std::filesystem::path& dst_dir,
                                                   std::string_view prefix, checkpoint_format format) {
-  if (format == checkpoint_format::hf)
-    report_error("a Hugging Face checkpoint holds full tensors, one per model: write it with merge_checkpoints or "
-                 "convert_checkpoint (format hf), not per rank");
   std::vector<transform_target> targets;
   for (index_t t = 0; t < dst.ranks(); ++t) targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, format)});
   return targets;
@@ -62,12 +82,47 @@ inline transform_job directory_job(std::string op, const std::filesystem::path& 
   return transform_job(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, std::move(op),
                        std::move(warnings));
 }
+
+// The job from the distributed checkpoint of `src_dir` to one checkpoint of full tensors.
+inline transform_job merge_job(std::string op, const std::filesystem::path& src_dir, const std::filesystem::path& out_file,
+                               const std::filesystem::path& src_strategy, const transform_options& opts) {
+  strategy_layouts src(src_strategy);
+  std::vector<std::string> warnings;
+  auto files = rank_files(src_dir, src.ranks(), op, warnings);
+  std::vector<transform_target> targets{transform_target{0, out_file}};
+  return transform_job(std::move(src), strategy_layouts(), std::move(files), std::move(targets), opts, std::move(op),
+                       std::move(warnings));
+}
+
+// The job from one checkpoint of full tensors to every target rank of `dst_strategy`.
+inline transform_job split_job(std::string op, const std::filesystem::path& checkpoint,
+                               const std::filesystem::path& dst_dir, const std::filesystem::path& dst_strategy,
+                               std::string_view prefix, const transform_options& opts) {
+  strategy_layouts dst(dst_strategy);
+  auto targets = rank_targets(dst, dst_dir, prefix, opts.format);
+  std::map<index_t, std::filesystem::path> files;
+  files.emplace(0, checkpoint);
+  return transform_job(strategy_layouts(), std::move(dst), std::move(files), std::move(targets), opts, std::move(op));
+}
+
+// The job from one checkpoint to another, tensor for tensor.
+inline transform_job convert_job(std::string op, const std::filesystem::path& in_file,
+                                 const std::filesystem::path& out_file, const transform_options& opts) {
+  std::map<index_t, std::filesystem::path> files;
+  files.emplace(0, in_file);
+  std::vector<transform_target> targets{transform_target{0, out_file}};
+  return transform_job(strategy_layouts(), strategy_layouts(), std::move(files), std::move(targets), opts,
+                       std::move(op));
+}
 }  // namespace detail
 
 /// Converts the distributed checkpoint of `src_dir` (`src_dir/rank_<r>/<last *.ckpt or
 /// *.safetensors>` for every source rank r) from the layouts of `src_strategy` to those of
 /// `dst_strategy`, writing `dst_dir/rank_<t>/<prefix><t>.ckpt` (or .safetensors, per
 /// `opts.format`) for every target rank t. Any M and N. An empty strategy path = no strategy.
+/// With opts.format == checkpoint_format::hf every target rank gets a Hugging Face checkpoint
+/// directory `dst_dir/rank_<t>/<prefix><t>/` (shards of at most opts.max_shard_bytes and
+/// model.safetensors.index.json, or one model.safetensors), all committed together.
 inline transform_summary transform_checkpoints(const std::filesystem::path& src_dir, const std::filesystem::path& dst_dir,
                                                std::string_view prefix, const std::filesystem::path& src_strategy,
                                                const std::filesystem::path& dst_strategy,
@@ -79,7 +134,9 @@ inline transform_summary transform_checkpoints(const std::filesystem::path& src_
 /// Checks the distributed checkpoint `dst_dir` (the files transform_checkpoints would write
 /// there: `opts.format`, `prefix`) against its sources: every target tensor is made again from
 /// `src_dir` by the same plans and compared byte for byte, in chunks (bounded memory). Returns
-/// every difference; see transform_job::verify.
+/// every difference; see transform_job::verify. `opts` must carry the run's selection, renames
+/// and casts (opts.names, opts.casts): the tensors expected are those the run wrote. A Hugging
+/// Face target (format hf) is compared tensor by tensor, whatever its shards.
 inline verify_report verify_checkpoints(const std::filesystem::path& src_dir, const std::filesystem::path& dst_dir,
                                         std::string_view prefix, const std::filesystem::path& src_strategy,
                                         const std::filesystem::path& dst_strategy, const transform_options& opts = {}) {
@@ -123,39 +180,47 @@ inline transform_summary load_checkpoint_by_rank(std::int64_t rank, const std::m
 inline transform_summary merge_checkpoints(const std::filesystem::path& src_dir, const std::filesystem::path& out_file,
                                            const std::filesystem::path& src_strategy,
                                            const transform_options& opts = {}) {
-  const std::string op = "merge_checkpoints";
-  strategy_layouts src(src_strategy);
-  std::vector<std::string> warnings;
-  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
-  std::vector<transform_target> targets{transform_target{0, out_file}};
-  return transform_job(std::move(src), strategy_layouts(), std::move(files), std::move(targets), opts, op,
-                       std::move(warnings))
-      .run();
+  return detail::merge_job("merge_checkpoints", src_dir, out_file, src_strategy, opts).run();
+}
+
+/// Checks `out_file` (what merge_checkpoints(src_dir, out_file, src_strategy, opts) writes: a
+/// ckpt or safetensors file, or with format hf a Hugging Face checkpoint directory) against its
+/// sources, as verify_checkpoints does.
+inline verify_report verify_merged_checkpoint(const std::filesystem::path& src_dir, const std::filesystem::path& out_file,
+                                              const std::filesystem::path& src_strategy,
+                                              const transform_options& opts = {}) {
+  return detail::merge_job("verify_merged_checkpoint", src_dir, out_file, src_strategy, opts).verify();
 }
 
 /// Splits the checkpoint `checkpoint` of full tensors by `dst_strategy` into
-/// `dst_dir/rank_<t>/<prefix><t>.ckpt` (or .safetensors, per `opts.format`).
+/// `dst_dir/rank_<t>/<prefix><t>.ckpt` (or .safetensors, per `opts.format`; hf: the Hugging Face
+/// checkpoint directories `dst_dir/rank_<t>/<prefix><t>/`, as transform_checkpoints).
 inline transform_summary split_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& dst_dir,
                                           const std::filesystem::path& dst_strategy, std::string_view prefix = "checkpoint_",
                                           const transform_options& opts = {}) {
-  strategy_layouts dst(dst_strategy);
-  auto targets = detail::rank_targets(dst, dst_dir, prefix, opts.format);
-  std::map<index_t, std::filesystem::path> files;
-  files.emplace(0, checkpoint);
-  return transform_job(strategy_layouts(), std::move(dst), std::move(files), std::move(targets), opts,
-                       "split_checkpoint")
-      .run();
+  return detail::split_job("split_checkpoint", checkpoint, dst_dir, dst_strategy, prefix, opts).run();
+}
+
+/// Checks `dst_dir` (what split_checkpoint(checkpoint, dst_dir, dst_strategy, prefix, opts)
+/// writes) against `checkpoint`, as verify_checkpoints does.
+inline verify_report verify_split_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& dst_dir,
+                                             const std::filesystem::path& dst_strategy,
+                                             std::string_view prefix = "checkpoint_", const transform_options& opts = {}) {
+  return detail::split_job("verify_split_checkpoint", checkpoint, dst_dir, dst_strategy, prefix, opts).verify();
 }
 
 /// Converts one checkpoint between ckpt and safetensors (by the file names), tensor for tensor.
 inline transform_summary convert_checkpoint(const std::filesystem::path& in_file, const std::filesystem::path& out_file,
                                             const transform_options& opts = {}) {
-  std::map<index_t, std::filesystem::path> files;
-  files.emplace(0, in_file);
-  std::vector<transform_target> targets{transform_target{0, out_file}};
-  return transform_job(strategy_layouts(), strategy_layouts(), std::move(files), std::move(targets), opts,
-                       "convert_checkpoint")
-      .run();
+  return detail::convert_job("convert_checkpoint", in_file, out_file, opts).run();
+}
+
+/// Checks `out_file` (what convert_checkpoint(in_file, out_file, opts) writes) against
+/// `in_file`, as verify_checkpoints does.
+inline verify_report verify_converted_checkpoint(const std::filesystem::path& in_file,
+                                                 const std::filesystem::path& out_file,
+                                                 const transform_options& opts = {}) {
+  return detail::convert_job("verify_converted_checkpoint", in_file, out_file, opts).verify();
 }
 
 }  // namespace reshard::io
