@@ -83,7 +83,7 @@ inline command add_execute_command(CLI::App& app) {
             e.force = o->force;
             e.sync = !o->no_sync;
             e.verify_crc = !o->no_verify_crc;
-            e.digests = !o->manifest.empty();
+            e.manifest = o->manifest;
             e.jobs = o->jobs;
             e.reads = o->read_mode == "mmap"    ? io::read_mode::mmap
                       : o->read_mode == "pread" ? io::read_mode::pread

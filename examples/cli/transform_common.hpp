@@ -275,7 +275,7 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   }
   o.force = f.force;
   o.dry_run = f.dry_run || !f.plan_out.empty();
-  o.digests = !f.manifest.empty();
+  o.manifest = f.manifest;  // staged with the outputs, renamed into place last
   o.names.include = f.include;
   o.names.exclude = f.exclude;
   for (const auto& r : f.rename) {
@@ -376,7 +376,6 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
                           const transform_flags& f, const std::vector<std::vector<std::int64_t>>* shares = nullptr) {
   const bool json = f.json;
   for (const auto& w : s.warnings) std::cerr << prog << ": warning: " << w << '\n';
-  if (!s.preview && !f.manifest.empty()) io::write_manifest(f.manifest, s.written, f.force);
   if (s.plan && !f.plan_out.empty()) {  // staged and renamed into place: whole or not at all
     io::atomic_file_writer w(f.plan_out, f.force, "--plan-out");
     w.write(io::to_json(*s.plan).dump(1) + "\n");

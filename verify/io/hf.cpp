@@ -354,9 +354,57 @@ TEST(hf, fifo_shards_and_files_truncated_while_read_are_named) {
                  "checkpoint: ");
 }
 
-TEST(hf, hf_output_is_only_for_one_checkpoint_of_full_tensors) {
+// split --format hf writes a Hugging Face checkpoint per target rank, DST/rank_<t>/<prefix><t>/,
+// and a distributed source whose rank directory holds one such checkpoint is read from it
+// (rank_file): split, then merge back, gives the tensors again.
+TEST(hf, a_rank_directory_holding_a_hugging_face_checkpoint_is_read) {
   reshard_test::temp_dir tmp;
-  EXPECT_TRUE(reshard_test::throws_error(
-      [&] { split_checkpoint(tmp / "x.ckpt", tmp / "out", "", "c_", {.format = checkpoint_format::hf}); },
-      {"merge_checkpoints or convert_checkpoint"}));
+  std::vector<tensor> ts(1);
+  ts[0].name = "w";
+  ts[0].type = dtype::float32;
+  ts[0].dims = {3};
+  ts[0].data = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}, std::byte{5}, std::byte{6},
+                std::byte{7}, std::byte{8}, std::byte{9}, std::byte{10}, std::byte{11}, std::byte{12}};
+  write_ckpt(tmp / "x.ckpt", ts);
+  transform_options hf;
+  hf.format = checkpoint_format::hf;
+  hf.sync = false;
+  split_checkpoint(tmp / "x.ckpt", tmp / "out", "", "c_", hf);
+  ASSERT_TRUE(is_hf_directory(tmp / "out" / "rank_0" / "c_0"));
+  merge_checkpoints(tmp / "out", tmp / "back.ckpt", "", {.sync = false});
+  checkpoint_reader back(tmp / "back.ckpt");
+  ASSERT_EQ(back.entries().size(), 1u);
+  EXPECT_EQ(content(back.entries()[0]), ts[0].data);
+  // two Hugging Face checkpoints in one rank directory: ambiguous, refused naming both
+  std::filesystem::create_directories(tmp / "out" / "rank_0" / "c_1");
+  std::filesystem::copy(tmp / "out" / "rank_0" / "c_0", tmp / "out" / "rank_0" / "c_1",
+                        std::filesystem::copy_options::recursive);
+  EXPECT_TRUE(reshard_test::throws_error([&] { merge_checkpoints(tmp / "out", tmp / "b2.ckpt", "", {.sync = false}); },
+                                         {"several Hugging Face checkpoints", "c_0", "c_1"}));
+}
+
+// A safetensors file converted from a Hugging Face checkpoint carries Hugging Face's metadata,
+// {"format": "pt"} (transformers refuses other values); one converted from a MindSpore ckpt
+// keeps MindSpore's {"format": "ms"}. (Regression: convert --in HF --out x.safetensors wrote "ms".)
+TEST(hf, safetensors_from_a_hugging_face_checkpoint_says_pt) {
+  reshard_test::temp_dir dir;
+  std::vector<tensor> ts(2);
+  ts[0].name = "a";
+  ts[0].type = dtype::float32;
+  ts[0].dims = {2};
+  ts[0].data.resize(8, std::byte{1});
+  ts[1].name = "b";
+  ts[1].type = dtype::int64;
+  ts[1].dims = {1};
+  ts[1].data.resize(8, std::byte{2});
+  write_ckpt(dir / "in.ckpt", ts);
+  transform_options hf;
+  hf.format = checkpoint_format::hf;
+  hf.sync = false;
+  convert_checkpoint(dir / "in.ckpt", dir / "hf", hf);
+  convert_checkpoint(dir / "hf", dir / "x" / "model.safetensors", {.sync = false});
+  convert_checkpoint(dir / "in.ckpt", dir / "ms.safetensors", {.sync = false});
+  EXPECT_EQ(safetensors_file(dir / "x" / "model.safetensors").metadata().at("format"), "pt");
+  EXPECT_EQ(safetensors_file(dir / "ms.safetensors").metadata().at("format"), "ms");
+  EXPECT_EQ(safetensors_file(dir / "hf" / "model.safetensors").metadata().at("format"), "pt");
 }

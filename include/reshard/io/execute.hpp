@@ -16,6 +16,7 @@
 #include <reshard/parallel.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/manifest.hpp>
 #include <reshard/io/mapped_file.hpp>
 #include <reshard/io/memory_fit.hpp>
 #include <reshard/io/plan_executor.hpp>
@@ -32,6 +33,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <regex>
 #include <set>
 #include <string>
 #include <utility>
@@ -77,12 +79,55 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   return merge_summaries(per);
 }
 
+/// Checks the path a manifest of a run will be written to: not a source file (`sources`: each
+/// source's device and inode, and its rank), not a file the run writes (`outputs`) nor one of
+/// its Hugging Face directories (`hf_dirs`), not a directory, and (without force) not an existing
+/// file. `op` names the run in messages.
+inline void check_manifest_path(const std::filesystem::path& manifest,
+                                const std::map<std::pair<dev_t, ino_t>, index_t>& sources,
+                                const std::vector<std::filesystem::path>& outputs,
+                                const std::vector<std::filesystem::path>& hf_dirs, bool force, const std::string& op) {
+  const auto who = op + ": manifest " + manifest.string() + ": ";
+  struct ::stat st {};
+  if (::stat(manifest.c_str(), &st) == 0) {
+    const auto hit = sources.find({st.st_dev, st.st_ino});
+    if (hit != sources.end())
+      report_error(who + "is the source file of rank " + std::to_string(hit->second) + " (inputs are never modified)");
+    if (S_ISDIR(st.st_mode)) report_error(who + "is a directory");
+  }
+  const auto norm = [](const std::filesystem::path& p) { return std::filesystem::absolute(p).lexically_normal(); };
+  const auto m = norm(manifest);
+  for (const auto& o : outputs)
+    if (norm(o) == m) report_error(who + "is an output of this run");
+  for (const auto& d : hf_dirs) {
+    const auto dir = norm(d);
+    if (m == dir || m == dir / hf_index_name || m == dir / hf_single_name ||
+        std::regex_match(m.filename().string(), std::regex(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)")))
+      if (m.parent_path() == dir || m == dir)
+        report_error(who + "is a file of the Hugging Face checkpoint " + d.string() + " this run writes");
+  }
+  if (!force && ::lstat(manifest.c_str(), &st) == 0) report_error(who + "exists (pass force / --force to replace it)");
+}
+
+/// Stages the manifest of `written` (manifest.hpp) in `out`, to be renamed into place after
+/// every file staged before it: a manifest appears only beside the complete outputs it lists,
+/// and when it cannot be written nothing is committed.
+inline void stage_manifest(staged_outputs& out, const std::filesystem::path& manifest,
+                           const std::vector<written_file>& written) {
+  const std::filesystem::path finals[] = {manifest};
+  const auto part = out.add(finals).front();
+  out.prepare();
+  write_manifest(part, written, true);
+}
+
 /// How execute_plan runs (what the plan does not fix).
 struct execute_options {
   bool force = false;       ///< replace existing outputs
   bool sync = true;         ///< make the outputs durable (transform_options::sync)
   bool verify_crc = true;   ///< check the crc_num trailer of every source file read
   bool digests = false;     ///< SHA-256 of every file written (transform_summary::written)
+  /// Write a manifest of the files written here (stage_manifest; implies digests).
+  std::filesystem::path manifest{};
   unsigned jobs = 0;        ///< target files written in parallel; 0: one per core, at most one per target
   std::uint64_t buffer_bytes = std::uint64_t{4} << 20;
   read_mode reads = read_mode::automatic;
@@ -120,6 +165,14 @@ inline transform_summary execute_plan(const checkpoint_plan& plan, const execute
     sources.emplace(r, rd.get());
     readers.emplace(r, std::move(rd));
   }
+  if (!o.manifest.empty()) {
+    std::vector<std::filesystem::path> outputs, hf_dirs;
+    for (const auto& t : plan.targets) {
+      outputs.insert(outputs.end(), t.files.begin(), t.files.end());
+      if (t.format == checkpoint_format::hf) hf_dirs.push_back(t.path);
+    }
+    check_manifest_path(o.manifest, inodes, outputs, hf_dirs, o.force, op);
+  }
   for (const auto& t : plan.targets)
     for (const auto& f : t.files) {
       struct ::stat st {};
@@ -141,11 +194,13 @@ inline transform_summary execute_plan(const checkpoint_plan& plan, const execute
   const plan_write_config c{{jobs, o.buffer_bytes},
                             o.reads == read_mode::mmap ? read_mode::mmap : read_mode::pread,
                             o.sync,
-                            o.digests,
+                            o.digests || !o.manifest.empty(),
                             o.progress};
   transform_summary s = write_plan_targets(plan, sources, out, c, op);
+  if (!o.manifest.empty()) stage_manifest(out, o.manifest, s.written);
   out.sync();
   s.outputs = out.commit();
+  if (!o.manifest.empty()) s.outputs.pop_back();  // the manifest: outputs are the plan's files
   s.source_files = readers.size();
   std::set<std::string> kinds;
   for (const auto& [r, rd] : readers) {

@@ -199,6 +199,14 @@ class plan_executor {
     return s;
   }
 
+  /// The tensor bytes taken from each source file so far, by rank, counted where the executor
+  /// reads them (a raw copy's content, each copy job's box): a run's are the plan's reads
+  /// (plan_source::bytes_read; law E6).
+  std::map<index_t, std::uint64_t> bytes_read_by_source() const {
+    const std::lock_guard<std::mutex> lock(progress_mutex_);
+    return read_by_source_;
+  }
+
  private:
   // Per source: the reader and how many targets read it.
   std::map<index_t, std::pair<const checkpoint_reader*, std::int64_t>> uses() const {
@@ -237,6 +245,11 @@ class plan_executor {
         fail(std::to_string(e->content_size()) + " bytes, the plan says " + to_string(*held));
     }
     return *e;
+  }
+
+  void counted(index_t r, std::uint64_t bytes) {
+    const std::lock_guard<std::mutex> lock(progress_mutex_);
+    read_by_source_[r] += bytes;
   }
 
   void report(index_t rank, std::string_view name, std::uint64_t bytes, bool file_done) {
@@ -284,6 +297,7 @@ class plan_executor {
       out.end();
     }
     s.bytes_read += e.content_size();
+    counted(it.source_rank, e.content_size());
     for (auto p : e.pieces) budget_.touched(it.source_rank, p);
   }
 
@@ -313,6 +327,7 @@ class plan_executor {
                      to_string(x.held) + ", and the target box " + to_string(tb));
       views.push_back({x.rank, &e, detail::piece_starts(e)});
     }
+    std::vector<std::uint64_t> from(it.transfers.size(), 0);  // bytes read per transfer
     std::vector<reshard::detail::copy_job> jobs;
     std::vector<const src_view*> job_view;  // the source of each job
     std::vector<std::pair<const src_view*, std::span<const std::byte>>> read;
@@ -359,6 +374,7 @@ class plan_executor {
         const auto& j = jobs.back();
         read.push_back({&v, std::span<const std::byte>(j.src, reshard::detail::source_span(j))});
         s.bytes_read += static_cast<std::uint64_t>(volume(in)) * elem;
+        from[k] += static_cast<std::uint64_t>(volume(in)) * elem;
       }
       if (reads_ == read_mode::pread) {
         for (std::size_t k = 0; k < jobs.size(); ++k)
@@ -390,6 +406,7 @@ class plan_executor {
       for (const auto& [v, range] : read) budget_.touched(v->rank, range);
     });
     out.end();
+    for (std::size_t k = 0; k < from.size(); ++k) counted(it.transfers[k].rank, from[k]);
     if (buffer.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(buffer);
   }
 
@@ -442,7 +459,8 @@ class plan_executor {
   std::string op_;
   std::function<void(const transform_progress&)> progress_;
   page_budget budget_;
-  std::mutex progress_mutex_;
+  mutable std::mutex progress_mutex_;  // the progress and the counts below
+  std::map<index_t, std::uint64_t> read_by_source_;
   std::uint64_t bytes_done_ = 0;
   std::size_t files_done_ = 0;
 };

@@ -62,10 +62,14 @@ class staged_outputs {
   /// the old shards that the new one does not have are removed after them.
   void replaces_hf(std::filesystem::path dir) { hf_dirs_.push_back(std::move(dir)); }
 
-  /// Creates the missing parent directories of the staged files (removed again by discard()
-  /// while they hold no output), and removes the temporaries that killed runs left for them.
+  /// Creates the missing parent directories of the files staged since the last call (removed
+  /// again by discard() while they hold no output), and removes the temporaries that killed runs
+  /// left for them.
   void prepare() {
-    for (const auto& f : files_) {
+    const std::size_t from = prepared_;
+    prepared_ = files_.size();
+    for (std::size_t i = from; i < files_.size(); ++i) {
+      const file& f = files_[i];
       std::vector<std::filesystem::path> missing;
       for (auto d = f.final.parent_path(); !d.empty(); d = d.parent_path()) {
         std::error_code ec;
@@ -80,7 +84,7 @@ class staged_outputs {
         created_dirs_.push_back(*it);
       }
     }
-    for (const auto& f : files_) detail::remove_stale_temporaries(f.final);
+    for (std::size_t i = from; i < files_.size(); ++i) detail::remove_stale_temporaries(files_[i].final);
   }
 
   /// Makes every staged file durable, in parallel (sync; otherwise nothing).
@@ -125,6 +129,7 @@ class staged_outputs {
     for (const auto& d : created_dirs_) dirs.insert(d.parent_path());
     created_dirs_.clear();  // they hold outputs now
     files_.clear();
+    prepared_ = 0;
     if (sync_)
       for (const auto& d : dirs) detail::fsync_directory(d);
     return done;
@@ -135,6 +140,7 @@ class staged_outputs {
     for (const auto& f : files_)
       if (!f.renamed) ::unlink(f.part.c_str());
     files_.clear();
+    prepared_ = 0;
     for (auto it = created_dirs_.rbegin(); it != created_dirs_.rend(); ++it) {
       std::error_code ec;
       std::filesystem::remove(*it, ec);  // only if empty
@@ -169,6 +175,7 @@ class staged_outputs {
   bool force_, sync_;
   bool committed_ = false;
   std::vector<file> files_;
+  std::size_t prepared_ = 0;  // files_[0, prepared_) were prepared
   std::vector<std::filesystem::path> hf_dirs_;
   std::vector<std::filesystem::path> created_dirs_;
 };

@@ -39,23 +39,6 @@
 
 namespace reshard::io {
 
-/// A verify_report as JSON: {"ok", "files", "tensors", "bytes", "seconds", "mismatches":
-/// [{"file", "parameter", "what"}]}, what `reshard verify --json` prints and the Python verify
-/// functions return. (Beside the verify functions until summary.hpp, where the other to_json
-/// live, takes it.)
-inline nlohmann::json to_json(const verify_report& r) {
-  nlohmann::json j;
-  j["ok"] = r.ok();
-  j["files"] = r.files;
-  j["tensors"] = r.tensors;
-  j["bytes"] = r.bytes;
-  j["seconds"] = r.seconds;
-  j["mismatches"] = nlohmann::json::array();
-  for (const auto& m : r.mismatches)
-    j["mismatches"].push_back({{"file", m.file.string()}, {"parameter", m.parameter}, {"what", m.what}});
-  return j;
-}
-
 // ---------------------------------------------------------------------------------------------
 // the workflows
 

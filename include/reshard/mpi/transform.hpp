@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "reshard/error.hpp"
+#include "reshard/io/manifest.hpp"
 #include "reshard/io/summary.hpp"
 #include "reshard/io/transform.hpp"
 #include "reshard/mpi/common.hpp"
@@ -370,6 +371,10 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   //    after the checks, after writing (staged), after renaming
   int reached = 0;  // agreements this process has taken part in
   io::transform_options o = opts;
+  // the manifest lists every process's files: written once, by process 0, after the combine (the
+  // processes' jobs compute the digests)
+  o.digests = opts.digests || !opts.manifest.empty();
+  o.manifest.clear();
   o.progress = [&](const io::transform_progress& p) {
     if (popts.local_progress) popts.local_progress(p);
     relay.local(p);
@@ -409,6 +414,7 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   };
   std::stable_sort(s.written.begin(), s.written.end(),
                    [&](const io::written_file& a, const io::written_file& b) { return rank_of(a) < rank_of(b); });
+  if (me == 0 && !opts.manifest.empty()) io::write_manifest(opts.manifest, s.written, opts.force);
   return s;
 }
 

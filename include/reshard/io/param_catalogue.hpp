@@ -1,0 +1,471 @@
+// reshard/io/param_catalogue.hpp: the parameter catalogue of a checkpoint transform: which
+// parameters each target rank gets, from which source files and under which names, with their
+// shapes, dtypes and layouts, checked against the files that hold them. It owns the strategies
+// (as layouts), the source files and their readers; the planner (engine.hpp, transform_job)
+// walks it once per target to make the checkpoint plan.
+//
+// Which parameters a target rank t gets, and from where (M source ranks):
+//   * listed in the source strategy: sliced by the target strategy's layout for t's stage (a
+//     parameter that the target strategy lists only for other stages is not written to t); the
+//     data come from the source strategy's lowest stage that lists it, by the transfers to t of
+//     the round-robin plan (rank_planner, plan.hpp: the core's planner and replica policy). A
+//     parameter the target strategy does not list at all (or no target strategy) is written
+//     whole: its target layout is the whole tensor on each target rank;
+//   * not listed in the source strategy (learning_rate, global_step, ...): taken from source
+//     rank t % M, byte-exact; if the target strategy lists it, t gets the slice of it that its
+//     layout says.
+//
+// Cost: a source file is opened (its index read) only when a target reads it or a shape is
+// taken from it; planning is O(M + N) per parameter and stage, then O(pieces) per target.
+#pragma once
+
+#include <reshard/box.hpp>
+#include <reshard/error.hpp>
+#include <reshard/layout.hpp>
+#include <reshard/partition.hpp>
+#include <reshard/plan.hpp>
+#include <reshard/io/checkpoint.hpp>
+#include <reshard/io/detail/text.hpp>
+#include <reshard/io/name_rules.hpp>
+#include <reshard/io/strategy_layouts.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace reshard::io {
+namespace detail {
+
+// Where one target stage of a parameter lives: its layout, its partition, and the plan from the
+// source layout (none when the source strategy does not list the parameter).
+struct target_plan {
+  std::uint32_t stage = 0;
+  layout dst;
+  partition part;                      // of dst, arithmetic: boxes of ranks
+  std::optional<rank_planner> planner;  // source layout -> dst
+};
+
+// A parameter to be sliced: its layouts and what the sources hold.
+struct param_info {
+  std::string name;
+  const std::vector<staged_layout>* src_entries = nullptr;  // null: not listed in the source strategy
+  const std::vector<staged_layout>* dst_entries = nullptr;  // null: not listed in the target strategy
+  bool resolved = false;
+  index_list shape;
+  bool scalar = false;
+  std::vector<std::int64_t> scalar_dims;  // how the source writes the scalar's dims
+  bool type_known = false;
+  dtype type = dtype::uint8;
+  std::string type_file;
+  std::optional<layout> src;  // listed in the source strategy: its layout (lowest stage)
+  std::vector<target_plan> dst;        // per target stage
+  std::optional<partition> src_part;   // of src, arithmetic: each source rank's box, no O(M) tables
+  std::optional<rank_planner> whole;   // listed in the source strategy only: src -> whole_on_targets
+  std::set<index_t> checked;  // source ranks whose entry was checked
+};
+
+// One parameter of one target file.
+struct out_item {
+  param_info* p = nullptr;          // sliced; null for a raw copy
+  const tensor_ref* raw = nullptr;  // raw copy (or the unlisted source of a sliced parameter)
+  const target_plan* dst = nullptr;  // null: the whole tensor
+  index_t base = 0;                 // source rank t % M
+  std::string_view out;             // the output name (name_rules), when it differs
+  std::string_view source_name() const { return p ? std::string_view(p->name) : std::string_view(raw->name); }
+  std::string_view name() const { return out.empty() ? source_name() : out; }
+};
+
+/// One target file of a transform_job: the target rank and the file to write.
+struct transform_target {
+  index_t rank = 0;
+  std::filesystem::path path;
+};
+
+/// The parameters of a transform's targets (see the header comment). Not thread-safe: the
+/// planner uses it before any job starts; the readers it opened are then only read.
+class parameter_catalogue {
+ public:
+  /// `files`: source rank -> its file; `targets`: the target files; `op` names the workflow in
+  /// messages.
+  parameter_catalogue(strategy_layouts src, strategy_layouts dst, std::map<index_t, std::filesystem::path> files,
+                      std::vector<transform_target> targets, std::string op)
+      : src_(std::move(src)), dst_(std::move(dst)), files_(std::move(files)), targets_(std::move(targets)),
+        op_(std::move(op)), M_(src_.ranks()), N_(dst_.ranks()) {}
+
+  index_t source_ranks() const noexcept { return M_; }
+  index_t target_ranks() const noexcept { return N_; }
+  const std::map<index_t, std::filesystem::path>& files() const noexcept { return files_; }
+  /// The source files opened so far, by rank.
+  const std::map<index_t, std::unique_ptr<checkpoint_reader>>& readers() const noexcept { return readers_; }
+  /// Source ranks to take parameter shapes from first (the files these targets read anyway);
+  /// without a hint a shape comes from the lowest rank of its stage that has a file.
+  void set_shape_hint(std::set<index_t> ranks) { shape_hint_ = std::move(ranks); }
+
+  /// A parameter to be sliced and its source, per target (what for_each_item gives).
+  struct piece {
+    index_t rank;
+    box where;
+    box held;
+  };
+
+  std::string source_desc() const {
+    return src_.present() ? "the source strategy " + src_.source() : "the source (no strategy: one unsplit rank)";
+  }
+  std::string target_desc() const {
+    return dst_.present() ? "the target strategy " + dst_.source() : "the target (no strategy: one unsplit rank)";
+  }
+
+  bool available(index_t r) const { return files_.count(r) != 0; }
+
+  const checkpoint_reader& open(index_t r) {
+    auto it = readers_.find(r);
+    if (it != readers_.end()) return *it->second;
+    auto f = files_.find(r);
+    RESHARD_EXPECTS(f != files_.end(), "transform: open: no file for the rank");
+    auto rd = std::make_unique<checkpoint_reader>(f->second);
+    return *readers_.emplace(r, std::move(rd)).first->second;
+  }
+
+  // The parameters to slice (params_), from the strategies and the targets' base files; the
+  // selection and output names by `rules`; a target strategy's parameter that no source has is a
+  // warning.
+  void collect(const name_rules& rules, std::vector<std::string>& warnings) {
+    if (collected_) return;
+    collected_ = true;
+    for (const auto& t : targets_) {
+      const index_t base = t.rank % M_;
+      if (!available(base))
+        report_error(op_ + ": target rank " + std::to_string(t.rank) + " needs source rank " + std::to_string(base) +
+                     " (rank " + std::to_string(t.rank) + " % " + std::to_string(M_) +
+                     ": the parameters no strategy lists, such as learning_rate and global_step, come from "
+                     "there), but no file was given for it");
+      open(base);
+    }
+    apply_name_rules(rules);
+    // Sliced parameters listed in the source strategy.
+    for (const auto& name : src_.names()) {
+      if (!selected(name)) continue;
+      auto& p = params_[name];
+      p.name = name;
+      p.src_entries = src_.find(name);
+      p.dst_entries = dst_.present() ? dst_.find(output_name(name)) : nullptr;
+    }
+    // Parameters of the base files that only the target strategy lists.
+    for (const auto& t : targets_) {
+      const auto& rd = open(t.rank % M_);
+      for (const auto& e : rd.entries()) {
+        if (!selected(e.name) || src_.find(e.name) || !dst_.present() || !dst_.find(output_name(e.name))) continue;
+        auto& p = params_[e.name];
+        p.name = e.name;
+        p.dst_entries = dst_.find(output_name(e.name));
+      }
+    }
+    if (dst_.present()) {
+      std::set<std::string_view> outputs;
+      for (const auto& [name, p] : params_) outputs.insert(output_name(name));
+      for (const auto& name : dst_.names()) {
+        if (outputs.count(name) || (names_ && names_->excluded.count(name))) continue;
+        warnings.push_back("parameter " + quote_name(name) + " of the target strategy " + dst_.source() +
+                            " is in no source (not in the source strategy, nor in the source file of rank " +
+                            std::to_string(targets_.empty() ? 0 : targets_.front().rank % M_) + "): not written");
+      }
+    }
+  }
+
+  // Every source file opened holds every listed parameter of its stage with the dtype and the
+  // dims the strategy says, whether or not this run reads that slice: a file that disagrees
+  // with its strategy or with the other ranks is an error even when a replica could serve.
+  void check_opened() {
+    std::vector<index_t> ranks;
+    for (const auto& [r, rd] : readers_) ranks.push_back(r);
+    for (auto& [name, p] : params_) {
+      if (!p.resolved || !p.src) continue;
+      const index_t first = p.src->first_rank, last = first + num_ranks(*p.src);
+      for (index_t r : ranks)
+        if (r >= first && r < last) check_source(p, r);
+    }
+  }
+
+  static std::string quote_name(std::string_view n) { return detail::quote_name(n); }
+
+  // Every parameter of the sources that rules may name: the source strategy's and the targets'
+  // base files' (name_rules and dtype_rules are checked against these).
+  std::set<std::string, std::less<>> source_names() {
+    std::set<std::string, std::less<>> all(src_.names().begin(), src_.names().end());
+    std::set<index_t> bases;
+    for (const auto& t : targets_) bases.insert(t.rank % M_);
+    for (index_t b : bases)
+      for (const auto& e : open(b).entries()) all.insert(e.name);
+    return all;
+  }
+
+  // -- name_rules (name_rules.hpp)
+  // Decides the selected parameters and their output names (names_), from every parameter of
+  // the sources (the source strategy's and the targets' base files'), and checks the rules.
+  void apply_name_rules(const name_rules& rules) {
+    if (rules.empty()) return;
+    names_ = select_names(rules, source_names(), op_);
+    if (dst_.present())
+      for (const auto& [from, to] : names_->renamed)
+        if (from != to && !dst_.find(to))
+          report_error(op_ + ": parameter " + quote_name(from) + " is renamed " + quote_name(to) +
+                       ", which the target strategy " + dst_.source() + " does not list");
+  }
+  bool selected(std::string_view name) const { return !names_ || names_->selected(name); }
+  std::string_view output_name(std::string_view name) const {
+    return names_ ? names_->output_name(name) : name;
+  }
+  // it.out: the output name when it differs from the source's
+  void name_item(out_item& it) const {
+    const auto o = output_name(it.source_name());
+    it.out = o == it.source_name() ? std::string_view() : o;
+  }
+
+  // Calls f(item) for each parameter target `t` gets, in output order: the base file's order,
+  // then the other listed parameters in strategy order.
+  template <class F>
+  void for_each_item(index_t t, F&& f) {
+    const index_t base = t % M_;
+    const auto& rd = open(base);
+    auto visit_listed = [&](param_info& p) {
+      out_item it;
+      it.p = &p;
+      it.base = base;
+      if (!slice_applies(p, t, it)) return;
+      if (!p.src_entries) it.raw = rd.find(p.name);
+      name_item(it);
+      f(it);
+    };
+    for (const auto& e : rd.entries()) {
+      if (!selected(e.name)) continue;
+      auto pit = params_.find(e.name);
+      if (pit != params_.end()) {
+        visit_listed(pit->second);
+      } else {
+        out_item it;
+        it.raw = &e;
+        it.base = base;
+        name_item(it);
+        f(it);
+      }
+    }
+    for (const auto& name : src_.names())
+      if (selected(name) && !rd.find(name)) visit_listed(params_.at(name));
+  }
+
+  // Does sliced parameter p go to target t, and with which layout (it.dst)?
+  bool slice_applies(param_info& p, index_t t, out_item& it) {
+    if (!p.dst_entries) {
+      it.dst = nullptr;  // whole tensor
+      return true;
+    }
+    const std::uint32_t stage = dst_.stage_of(t);
+    for (const auto& e : *p.dst_entries)
+      if (e.stage == stage) {
+        resolve(p);
+        for (const auto& d : p.dst)
+          if (d.stage == stage) it.dst = &d;
+        return true;
+      }
+    return false;
+  }
+
+  std::string who_src(const std::string& name) const {
+    return "strategy: " + src_.source() + ": parameter " + quote_name(name);
+  }
+  std::string who_dst(const std::string& name) const {
+    return "strategy: " + dst_.source() + ": parameter " + quote_name(name);
+  }
+
+  // Derives p's full shape, dtype and layouts (once).
+  void resolve(param_info& p) {
+    if (p.resolved) return;
+    const tensor_ref* shape_from = nullptr;
+    std::string shape_file;
+    if (p.src_entries) {
+      const staged_layout& s = p.src_entries->front();
+      detail::check_supported(s.stored, who_src(p.name) + ": ");
+      const index_t n = src_.stage_ranks(), first = index_t{s.stage} * n;
+      // the shape comes from the first file of the stage: of the shape hint's ranks, if any
+      const auto take = [&](index_t r) {
+        if (shape_from || !available(r)) return;
+        const auto& rd = open(r);
+        shape_from = rd.find(p.name);
+        if (!shape_from)
+          report_error(op_ + ": " + rd.path().string() + ": parameter " + quote_name(p.name) +
+                       " is listed in the source strategy " + src_.source() + " (stage " + std::to_string(s.stage) +
+                       ", ranks " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
+                       ") but missing from this checkpoint");
+        shape_file = rd.path().string();
+      };
+      for (index_t r : shape_hint_)
+        if (r >= first && r < first + n) take(r);
+      for (index_t r = first; r < first + n && !shape_from; ++r) take(r);
+      if (!shape_from)
+        report_error(op_ + ": parameter " + quote_name(p.name) + " (stage " + std::to_string(s.stage) + " of " +
+                     src_.source() + ") is held by source ranks " + std::to_string(first) + ".." +
+                     std::to_string(first + n - 1) + ", but no file was given for any of them");
+      check_tensor(*shape_from, shape_file, p);
+      if (shape_from->is_scalar()) {
+        p.scalar = true;
+        p.scalar_dims = shape_from->dims;
+        p.shape = {};
+      } else if (!s.stored.tensor_shape.empty()) {
+        p.shape = index_list(s.stored.tensor_shape.begin(), s.stored.tensor_shape.end());
+      } else {
+        p.shape = full_shape_from_slice(s.stored, shape_from->dims,
+                                        who_src(p.name) + " (slice dims " + format_dims(shape_from->dims) + " in " +
+                                            shape_file + ")");
+      }
+      p.src = to_layout(s.stored, p.shape, s.stage, who_src(p.name));
+      p.src_part.emplace(*p.src, partition::mode::arithmetic);
+    } else {
+      // not listed in the source strategy: every source rank holds it whole; take the shape
+      // from the first base file that has it
+      for (const auto& t : targets_) {
+        const auto& rd = open(t.rank % M_);
+        if ((shape_from = rd.find(p.name))) {
+          shape_file = rd.path().string();
+          break;
+        }
+      }
+      RESHARD_EXPECTS(shape_from != nullptr, "transform: resolve: an unlisted parameter without a source");
+      check_tensor(*shape_from, shape_file, p);
+      p.scalar = shape_from->is_scalar();
+      if (p.scalar) p.scalar_dims = shape_from->dims;
+      if (!p.scalar) p.shape = index_list(shape_from->dims.begin(), shape_from->dims.end());
+    }
+    if (p.dst_entries) {
+      for (const auto& e : *p.dst_entries) {
+        check_tensor_shape(
+            e.stored, p.shape, op_ + ": " + who_dst(p.name),
+            (p.src_entries ? "the source strategy and " : std::string()) + shape_file);
+        target_plan& d = p.dst.emplace_back();
+        d.stage = e.stage;
+        d.dst = to_layout(e.stored, p.shape, e.stage, who_dst(p.name));
+        d.part = partition(d.dst, partition::mode::arithmetic);
+        if (p.src) d.planner.emplace(*p.src, d.dst);
+      }
+    } else if (p.src) {
+      p.whole.emplace(*p.src, whole_on_targets(p.shape, N_));
+    }
+    p.resolved = true;
+  }
+
+  // A tensor the transform reads for p: a plain tensor of one dtype (the same in every file).
+  void check_tensor(const tensor_ref& e, const std::string& file, param_info& p) {
+    const std::string who = op_ + ": " + file + ": parameter " + quote_name(p.name) + ": ";
+    if (e.map_tensor)
+      report_error(who + "is a map tensor; a strategy cannot slice it (only unlisted map tensors are copied)");
+    if (e.type == dtype::str)
+      report_error(who + "is a str tensor; a strategy cannot slice it (only unlisted str tensors are copied)");
+    if (!p.type_known) {
+      p.type = e.type;
+      p.type_known = true;
+      p.type_file = file;
+    } else if (e.type != p.type) {
+      report_error(who + "dtype " + std::string(ms_name(e.type)) + " differs from " + std::string(ms_name(p.type)) +
+                   " in " + p.type_file + " (mixed dtypes across ranks)");
+    }
+  }
+
+  // Checks the source entry of p on source rank r (once per rank).
+  void check_source(param_info& p, index_t r) {
+    if (!p.checked.insert(r).second) return;
+    const auto& rd = open(r);
+    const std::string file = rd.path().string();
+    const tensor_ref* e = rd.find(p.name);
+    if (!e) {
+      if (p.src_entries)
+        report_error(op_ + ": " + file + ": parameter " + quote_name(p.name) + " is listed in the source strategy " +
+                     src_.source() + " but missing from this checkpoint");
+      report_error(op_ + ": " + file + ": parameter " + quote_name(p.name) + " is missing");
+    }
+    check_tensor(*e, file, p);
+    if (p.scalar) {
+      if (!e->is_scalar())
+        report_error(op_ + ": " + file + ": parameter " + quote_name(p.name) + ": dims " + format_dims(e->dims) +
+                     ", but it is a scalar in " + p.type_file);
+      return;
+    }
+    const index_list want = p.src ? p.src_part->box_of_rank(r).extent : p.shape;
+    if (e->is_scalar() || index_list(e->dims.begin(), e->dims.end()) != want)
+      report_error(op_ + ": " + file + ": parameter " + quote_name(p.name) + ": dims " + format_dims(e->dims) +
+                   " disagree with " +
+                   (p.src ? "the source strategy " + src_.source() + ": layout " + to_string(*p.src) + " gives rank " +
+                                std::to_string(r) + " the slice " + to_string(want)
+                          : "the full shape " + to_string(want) + " found in " + p.type_file));
+  }
+
+  box target_box(const out_item& it, index_t t) const {
+    const index_list& shape = it.p->shape;
+    if (!it.dst) return box{index_list(shape.size(), 0), shape};
+    return it.dst->part.box_of_rank(t);
+  }
+
+  // The pieces of target t's box of a sliced item: (source rank, piece box, source rank's box).
+  // The transfers to t of the parameter's plan (the one planner, the one replica policy:
+  // rank_planner), as pieces. A planned sender whose file was not given (by-rank transforms
+  // given other files than rank_list_for_transform names) is replaced by the lowest owner of the
+  // same region whose file was given: the same bytes.
+  std::vector<piece> pieces_of(const out_item& it, index_t t, const box& tb) {
+    std::vector<piece> out;
+    const param_info& p = *it.p;
+    if (!p.src) {  // not listed in the source strategy: whole in the base file t % M
+      out.push_back({it.base, tb, box{index_list(p.shape.size(), 0), p.shape}});
+      return out;
+    }
+    const rank_planner& rp = it.dst ? *it.dst->planner : *p.whole;
+    std::vector<transfer> xs;
+    rp.receives(t, xs);
+    out.reserve(xs.size());
+    for (const transfer& x : xs) {
+      index_t r = x.src;
+      if (!available(r)) r = available_owner(rp.source(), rp.source().region_of(r));
+      if (r < 0) {
+        std::vector<index_t> buf;
+        std::string ranks;
+        for (index_t o : rp.source().owners_of(rp.source().region_of(x.src), buf)) {
+          if (!ranks.empty()) ranks += ',';
+          ranks += std::to_string(o);  // appended, not "," + ...: GCC 12 -O3 -Wrestrict
+        }
+        report_error(op_ + ": target rank " + std::to_string(t) + " needs the box " + to_string(x.where) +
+                     " of parameter " + quote_name(p.name) + " from one of the source ranks " + ranks +
+                     ", but no file was given for any of them (rank_list_for_transform lists the files a rank needs)");
+      }
+      out.push_back({r, x.where, rp.source().box_of_rank(r)});
+    }
+    return out;
+  }
+
+  // The lowest owner of source region k whose file was given; -1 if none.
+  index_t available_owner(const partition& ps, index_t k) const {
+    std::vector<index_t> buf;
+    for (index_t o : ps.owners_of(k, buf))
+      if (available(o)) return o;
+    return -1;
+  }
+
+
+ private:
+  strategy_layouts src_, dst_;
+  std::map<index_t, std::filesystem::path> files_;
+  std::vector<transform_target> targets_;
+  std::string op_;
+  index_t M_ = 1, N_ = 1;
+  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers_;
+  std::map<std::string, param_info, std::less<>> params_;
+  std::set<index_t> shape_hint_;
+  bool collected_ = false;
+  std::optional<name_selection> names_;  // with name_rules: the selection
+};
+
+}  // namespace detail
+}  // namespace reshard::io
