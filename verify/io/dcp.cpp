@@ -17,6 +17,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -96,9 +97,26 @@ void expect_fixture(const std::string& name) {
 
 }  // namespace
 
+TEST(dcp, torch_113_minimal) { expect_fixture("minimal"); }
 TEST(dcp, torch_113_plain_tensors_and_byte_items) { expect_fixture("plain"); }
 TEST(dcp, torch_113_sharded_rows_uneven_and_replicated) { expect_fixture("rows"); }
 TEST(dcp, torch_113_sharded_columns_and_bfloat16) { expect_fixture("cols"); }
+
+// docs/formats.md#golden-bytes shows the files of the minimal fixture in hex: they must be those
+TEST(dcp, golden_bytes_of_the_docs_are_the_fixture) {
+  std::ifstream in(fixtures() / "../../../docs/formats.md");
+  ASSERT_TRUE(in);
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const std::string file : {"minimal/.metadata", "minimal/__0_0.distcp"}) {
+    const auto marker = doc.find("<!-- golden: verify/data/dcp/" + file + " -->\n```\n");
+    ASSERT_NE(marker, std::string::npos) << file;
+    const auto begin = doc.find("```\n", marker) + 4;
+    std::string hex;
+    for (auto i = begin; i < doc.size() && doc.compare(i, 3, "```") != 0; ++i)
+      if (doc[i] != '\n') hex += doc[i];
+    EXPECT_EQ(hex, to_hex(read_bytes(fixtures() / file))) << file;
+  }
+}
 
 TEST(dcp, fixture_metadata_as_torch_wrote_it) {
   const auto md = read_dcp_metadata(fixtures() / "rows");
@@ -256,6 +274,12 @@ TEST(dcp, torch_2_module_paths) {
     ASSERT_EQ(md.byte_items.size(), 1u);
     EXPECT_EQ(md.byte_items[0].storage.relative_path, "__0_9.distcp");
   }
+  meta_options later;  // later 2.x: _MEM_FORMAT_ENCODING, StorageMeta, version
+  later.enum_name = "_MEM_FORMAT_ENCODING";
+  later.storage_meta = true;
+  const auto md = parse_dcp_metadata(dcp_metadata_pickle(two_tensors, later), "x/.metadata");
+  EXPECT_EQ(md.version, "1.0.0");
+  EXPECT_EQ(md.tensors.size(), 2u);
   meta_options old;
   old.torch2 = false;
   EXPECT_EQ(parse_dcp_metadata(dcp_metadata_pickle(two_tensors, old), "x").layout, dcp_layout::torch_1_13);

@@ -124,6 +124,8 @@ struct meta_options {
   bool transform_descriptor = false;          ///< a non-empty _StorageInfo.transform_descriptors
   std::vector<std::string> byte_items;        ///< names of byte items (stored in "__0_9.distcp")
   bool enum_by_value = false;                 ///< MEM_FORMAT_ENCODING(0) instead of getattr
+  std::string enum_name = "MEM_FORMAT_ENCODING";  ///< later 2.x: "_MEM_FORMAT_ENCODING"
+  bool storage_meta = false;                  ///< later 2.x: StorageMeta and version fields
 };
 
 /// The pickle of a DCP Metadata of `tensors`, as torch writes it.
@@ -141,9 +143,9 @@ inline std::vector<std::byte> dcp_metadata_pickle(const std::vector<meta_tensor>
     w.global("torch.serialization", "_get_layout").str("torch.strided").op(0x85).op('R');
     w.boolean(false);
     if (o.enum_by_value)
-      w.global(props, "MEM_FORMAT_ENCODING").integer(0).op(0x85).op('R');
+      w.global(props, o.enum_name).integer(0).op(0x85).op('R');
     else
-      w.global("builtins", "getattr").global(props, "MEM_FORMAT_ENCODING").str("TORCH_CONTIGUOUS_FORMAT").op(0x86).op('R');
+      w.global("builtins", "getattr").global(props, o.enum_name).str("TORCH_CONTIGUOUS_FORMAT").op(0x86).op('R');
     w.boolean(false).op('t').op('b');
     w.str("size").torch_size(t.size);
     w.str("chunks").op(']').mark();
@@ -158,6 +160,12 @@ inline std::vector<std::byte> dcp_metadata_pickle(const std::vector<meta_tensor>
   w.op('u');
   if (!o.extra_metadata_field.empty()) w.str(o.extra_metadata_field).none();
   w.str("planner_data").none();
+  if (o.storage_meta) {
+    w.str("storage_meta").new_object(meta, "StorageMeta").build_dict();
+    w.str("checkpoint_id").global("pathlib", "PosixPath").str("/ckpt").str("step1").op(0x86).op('R');
+    w.str("save_id").str("0f3a").str("load_id").none().str("modules").op(']').end_build();
+    w.str("version").str("1.0.0");
+  }
   w.str("storage_data").op('}').mark();
   auto storage = [&](const std::string& path, std::int64_t offset, std::int64_t length) {
     w.new_object(fs, "_StorageInfo").build_dict();

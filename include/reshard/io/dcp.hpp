@@ -1,6 +1,6 @@
 // reshard/io/dcp.hpp: reading a PyTorch Distributed Checkpoint (DCP) directory as PyTorch's
 // FileSystemWriter writes it: its `.metadata` into plain structs, and each saved chunk's tensor
-// bytes in place (see docs/formats.md#8-pytorch-distributed-checkpoints-dcp).
+// bytes in place (see docs/formats.md#9-pytorch-distributed-checkpoints-dcp).
 //
 // `.metadata` is a pickle (pickle.hpp) of the dataclass Metadata, under torch 1.13's module
 // `torch.distributed._shard.checkpoint.metadata` or torch 2.x's
@@ -12,7 +12,9 @@
 //   storage_data         {MetadataIndex(fqn, offset, index): _StorageInfo(relative_path, offset,
 //                         length)}, offset being the chunk's offsets (absent for byte items)
 //   planner_data         anything the allow-list admits (ignored)
-//   storage_meta, version  (later 2.x) tolerated when None, and version when a str
+//   storage_meta         (later 2.x) None or StorageMeta(checkpoint_id, save_id, load_id,
+//                         modules) of strs (checkpoint_id may be a pathlib.PosixPath): ignored
+//   version              (later 2.x) None or a str, kept
 // read_dcp_metadata refuses, naming the file and the item: any other class or field, a layout
 // other than torch.strided, a dtype reshard does not hold, a chunk whose rank differs from its
 // tensor's or that lies outside it, a chunk or byte item without storage, a storage entry that
@@ -114,8 +116,7 @@ class dcp_decoder {
     md.layout = root.callable->text == dcp_meta_113 ? dcp_layout::torch_1_13 : dcp_layout::torch_2;
     const auto* sdm = need(fields, "state_dict_metadata", "Metadata");
     const auto* sd = need(fields, "storage_data", "Metadata");
-    if (const auto* m = get(fields, "storage_meta"); m && m->kind != pickle_kind::none)
-      fail("Metadata.storage_meta is " + describe(*m) + "; only None is supported");
+    if (const auto* m = get(fields, "storage_meta"); m && m->kind != pickle_kind::none) storage_meta(*m);
     if (const auto* v = get(fields, "version"); v && v->kind != pickle_kind::none) {
       if (v->kind != pickle_kind::string) fail("Metadata.version is " + describe(*v) + ", not a str");
       md.version = v->text;
@@ -199,13 +200,27 @@ class dcp_decoder {
       fail(what + ": layout is " + describe(layout) + ", not torch.serialization._get_layout(name)");
     if (layout.items[0]->text != "torch.strided") fail(what + ": layout " + quote_name(layout.items[0]->text) + " is not supported (only torch.strided)");
     const auto& mf = *s->items[3];
-    const bool member = mf.kind == pickle_kind::global && mf.name.starts_with("MEM_FORMAT_ENCODING.");
+    const bool member = mf.kind == pickle_kind::global &&
+                        (mf.name.starts_with("MEM_FORMAT_ENCODING.") || mf.name.starts_with("_MEM_FORMAT_ENCODING."));
     const bool by_value = mf.kind == pickle_kind::object && mf.callable->role == pickle_role::enum_class &&
                           mf.items[0]->integer >= 0 && mf.items[0]->integer <= 2;
     if (!member && !by_value) fail(what + ": memory format is " + describe(mf) + ", not a MEM_FORMAT_ENCODING member");
     if (s->items[2]->kind != pickle_kind::boolean || s->items[4]->kind != pickle_kind::boolean)
       fail(what + ": requires_grad and pin_memory are " + describe(*s->items[2]) + " and " + describe(*s->items[4]) + ", not bools");
     return *t;
+  }
+  // StorageMeta(checkpoint_id, save_id, load_id, modules): names of the save, nothing read from
+  // them; checked to be what torch writes and otherwise ignored
+  void storage_meta(const pickle_node& n) const {
+    const auto f = dataclass(n, "StorageMeta", {"checkpoint_id", "save_id", "load_id", "modules"}, "Metadata.storage_meta");
+    for (const auto& [name, v] : f) {
+      const bool text = v->kind == pickle_kind::none || v->kind == pickle_kind::string;
+      bool ok = name == "checkpoint_id" ? text || (v->kind == pickle_kind::object && v->callable->is_global("pathlib", "PosixPath"))
+                                        : name == "modules" ? v->kind == pickle_kind::list : text;
+      if (name == "modules" && ok)
+        for (const auto* m : v->items) ok = ok && m->kind == pickle_kind::string;
+      if (!ok) fail("Metadata.storage_meta: " + name + " is " + describe(*v));
+    }
   }
   dcp_tensor tensor(const std::string& fqn, const pickle_node& n) const {
     const auto what = "tensor " + quote_name(fqn);

@@ -1,6 +1,6 @@
 // reshard/io/pickle.hpp: a restricted unpickler for the pickles of PyTorch checkpoints: the
 // `.metadata` of a Distributed Checkpoint (DCP) and the `data.pkl` of a `torch.save` archive
-// (see docs/formats.md#8-pytorch-distributed-checkpoints-dcp).
+// (see docs/formats.md#9-pytorch-distributed-checkpoints-dcp).
 //
 // It decodes, never executes. The result is a tree (a graph, since a pickle may share values
 // through its memo) of plain values: None, bool, int (64-bit), float, str, bytes, list, tuple,
@@ -85,9 +85,11 @@ inline constexpr std::string_view st_meta_113 = "torch.distributed._shard.sharde
 }  // namespace detail
 
 /// The globals the unpickler admits: the DCP dataclasses under torch 1.13's and torch 2.x's
-/// module paths, torch.Size, the dtypes and typed storages reshard can hold, the tensor rebuild
-/// function, the layout helper, OrderedDict and getattr.
-inline constexpr std::array<pickle_global, 42> pickle_allow_list{{
+/// module paths (the memory format enum is `_MEM_FORMAT_ENCODING` in later 2.x; StorageMeta,
+/// whose checkpoint_id may be a pathlib.PosixPath, is later 2.x's), torch.Size, the dtypes and
+/// typed storages reshard can hold, the tensor rebuild function, the layout helper, OrderedDict
+/// and getattr.
+inline constexpr std::array<pickle_global, 45> pickle_allow_list{{
     {detail::dcp_meta_113, "Metadata", pickle_role::klass},
     {detail::dcp_meta_113, "TensorStorageMetadata", pickle_role::klass},
     {detail::dcp_meta_113, "BytesStorageMetadata", pickle_role::klass},
@@ -103,7 +105,10 @@ inline constexpr std::array<pickle_global, 42> pickle_allow_list{{
     {detail::dcp_meta_2, "MetadataIndex", pickle_role::klass},
     {detail::dcp_meta_2, "TensorProperties", pickle_role::klass},
     {detail::dcp_meta_2, "MEM_FORMAT_ENCODING", pickle_role::enum_class},
+    {detail::dcp_meta_2, "_MEM_FORMAT_ENCODING", pickle_role::enum_class},
+    {detail::dcp_meta_2, "StorageMeta", pickle_role::klass},
     {detail::dcp_fs_2, "_StorageInfo", pickle_role::klass},
+    {"pathlib", "PosixPath", pickle_role::klass},
     {"torch", "Size", pickle_role::klass},
     {"torch._utils", "_rebuild_tensor_v2", pickle_role::function},
     {"torch.serialization", "_get_layout", pickle_role::function},

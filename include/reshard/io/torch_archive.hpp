@@ -1,6 +1,6 @@
 // reshard/io/torch_archive.hpp: the zip archives `torch.save` writes, read in place from a byte
 // span (a whole file, or the range of a DCP `.distcp` file that holds one saved item), and the
-// tensor such an archive holds (see docs/formats.md#8-pytorch-distributed-checkpoints-dcp).
+// tensor such an archive holds (see docs/formats.md#9-pytorch-distributed-checkpoints-dcp).
 //
 // Layout (PyTorch's PyTorchStreamWriter): a zip whose entries are all stored (method 0), each
 // named `<prefix>/<record>` with one prefix ("archive" when saved to a stream): `data.pkl` (the

@@ -8,6 +8,7 @@ tensor its dtype, shape and raw little-endian bytes (hex; bfloat16 as its 16-bit
 byte item the value torch unpickled (repr). The C++ tests compare reshard's decoding with that,
 bit for bit, and need no torch.
 
+  minimal   no_dist=True: one float32 [2] tensor x = [1, 2] (the golden bytes of docs/formats.md)
   plain     no_dist=True: float32 [3,4], bfloat16 [5], int64 [2,3], a 0-d float32, and two byte
             items (an int and a str)
   rows      a ShardedTensor float32 [5,3] split by rows across 2 gloo processes (3 + 2 rows,
@@ -111,6 +112,13 @@ def write_expected(name, like):
         f.write("\n")
 
 
+def minimal():
+    sd = {"x": torch.tensor([1.0, 2.0], dtype=torch.float32)}
+    d = fresh("minimal")
+    dcp.save_state_dict(sd, dcp.FileSystemWriter(d), no_dist=True)
+    write_expected("minimal", sd)
+
+
 def plain():
     sd = {
         "w": values([3, 4], torch.float32),
@@ -166,7 +174,8 @@ def sharded(name):
 
 if __name__ == "__main__":
     torch.manual_seed(0)
+    minimal()
     plain()
     sharded("rows")
     sharded("cols")
-    print("make_fixtures.py: wrote", ", ".join(["plain", "rows", "cols"]), "with torch", torch.__version__)
+    print("make_fixtures.py: wrote", ", ".join(["minimal", "plain", "rows", "cols"]), "with torch", torch.__version__)
