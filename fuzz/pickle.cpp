@@ -36,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FUZZ_CHECK((n->kind == pickle_kind::object) == (n->callable != nullptr));
       todo.insert(todo.end(), n->items.begin(), n->items.end());
       for (const auto& [k, v] : n->entries) todo.insert(todo.end(), {k, v});
-      todo.insert(todo.end(), {n->callable, n->state});
+      todo.insert(todo.end(), {n->callable, n->args, n->state});
     }
   });
 }

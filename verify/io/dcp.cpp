@@ -333,6 +333,36 @@ TEST(dcp, unsupported_content_is_refused_by_name) {
   EXPECT_NE(meta_error(complex).find("global torch.complex64 is not allowed"), std::string::npos);
 }
 
+TEST(dcp, work_is_bounded_by_the_input) {
+  // 65 dimensions
+  const std::vector<meta_tensor> deep{{"d", "float32", std::vector<std::int64_t>(65, 1),
+                                       {{std::vector<std::int64_t>(65, 0), std::vector<std::int64_t>(65, 1), "__0_0.distcp", 0, 9}}}};
+  EXPECT_NE(meta_error(deep).find("tensor 'd': size has more than 64 dimensions"), std::string::npos) << meta_error(deep);
+  // one chunks list of 300 chunks shared (memo) by 300 tensors: 90000 chunks from a few KB
+  pickle_writer w;
+  const std::string meta = "torch.distributed.checkpoint.metadata";
+  w.new_object(meta, "Metadata").build_dict().str("state_dict_metadata").op('}').mark();
+  for (int t = 0; t < 300; ++t) {
+    w.str("t" + std::to_string(t)).new_object(meta, "TensorStorageMetadata").build_dict();
+    if (t == 0) {
+      w.str("properties").new_object(meta, "TensorProperties").mark().global("torch", "float32");
+      w.global("torch.serialization", "_get_layout").str("torch.strided").op(0x85).op('R').boolean(false);
+      w.global(meta, "MEM_FORMAT_ENCODING").integer(0).op(0x85).op('R').boolean(false).op('t').op('b');
+      w.op('r').le(1000000, 4);  // LONG_BINPUT 1000000: the properties
+      w.str("size").torch_size({300}).op('r').le(1000001, 4);
+      w.str("chunks").op(']').op('r').le(1000002, 4).mark();
+      for (int c = 0; c < 300; ++c) w.new_object(meta, "ChunkStorageMetadata").build_dict().str("offsets").torch_size({c}).str("sizes").torch_size({1}).end_build();
+      w.op('e');
+    } else {
+      w.str("properties").get(1000000).str("size").get(1000001).str("chunks").get(1000002);
+    }
+    w.end_build();
+  }
+  w.op('u').str("storage_data").op('}').end_build().stop();
+  const auto e = error_of([&] { parse_dcp_metadata(w.data(), "m"); });
+  EXPECT_NE(e.find("more chunks than the pickle has values"), std::string::npos) << e;
+}
+
 TEST(dcp, every_truncation_of_a_real_metadata_is_refused) {
   const auto bytes = read_bytes(fixtures() / "cols/.metadata");
   for (std::size_t n = 0; n < bytes.size(); ++n) {

@@ -103,6 +103,21 @@ TEST(pickle, memo_shares_values) {
   EXPECT_EQ(r.items[0], &r);  // the list holds itself, as in Python
 }
 
+TEST(pickle, objects_share_their_argument_tuple) {
+  // 1000 torch.Size objects of one memoized 1000-int tuple: no copy of the tuple each
+  pickle_writer w;
+  w.op(']').mark().mark();
+  for (int i = 0; i < 1000; ++i) w.integer(i);
+  w.op('t').memoize().op('0');  // the tuple is memo 0, popped
+  for (int i = 0; i < 1000; ++i) w.global("torch", "Size").get(0).op(0x85).op('R');
+  w.op('e').stop();
+  const auto doc = decode(w.data());
+  const auto& list = doc.root();
+  ASSERT_EQ(list.items.size(), 1000u);
+  EXPECT_EQ(list.items[0]->arguments()[0], list.items[999]->arguments()[0]);
+  EXPECT_EQ(list.items[999]->arguments()[0]->items.size(), 1000u);
+}
+
 TEST(pickle, torch_113_metadata) {
   const auto bytes = read_bytes(source_dir() / "verify/data/dcp/plain/.metadata");
   ASSERT_FALSE(bytes.empty());
@@ -124,15 +139,15 @@ TEST(pickle, torch_113_metadata) {
   ASSERT_EQ(props->state->items.size(), 5u);
   EXPECT_TRUE(props->state->items[0]->is_global("torch", "float32"));
   EXPECT_EQ(props->state->items[1]->qualified_name(), "torch.serialization._get_layout");
-  EXPECT_EQ(props->state->items[1]->items[0]->text, "torch.strided");
+  EXPECT_EQ(props->state->items[1]->arguments()[0]->text, "torch.strided");
   EXPECT_TRUE(props->state->items[3]->is_global("torch.distributed._shard.sharded_tensor.metadata",
                                                 "MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT"));
   const auto* size = w->state->find("size");
   ASSERT_TRUE(size);
   EXPECT_EQ(size->qualified_name(), "torch.Size");
-  ASSERT_EQ(size->items[0]->items.size(), 2u);
-  EXPECT_EQ(size->items[0]->items[0]->integer, 3);
-  EXPECT_EQ(size->items[0]->items[1]->integer, 4);
+  ASSERT_EQ(size->arguments()[0]->items.size(), 2u);
+  EXPECT_EQ(size->arguments()[0]->items[0]->integer, 3);
+  EXPECT_EQ(size->arguments()[0]->items[1]->integer, 4);
 }
 
 TEST(pickle, globals_outside_the_allow_list_are_refused_by_name) {

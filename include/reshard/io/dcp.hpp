@@ -104,11 +104,15 @@ struct dcp_metadata {
   }
 };
 
+/// The most dimensions a tensor of a DCP checkpoint may have.
+inline constexpr std::size_t dcp_max_rank = 64;
+
 namespace detail {
 
 class dcp_decoder {
  public:
-  explicit dcp_decoder(std::string file) : file_(std::move(file)) {}
+  /// `nodes`: the pickle's value count, which bounds the chunks (each has a node of its own)
+  dcp_decoder(std::string file, std::size_t nodes) : file_(std::move(file)), nodes_(nodes) {}
 
   dcp_metadata decode(const pickle_node& root) {
     dcp_metadata md;
@@ -150,7 +154,7 @@ class dcp_decoder {
   // The fields of a dataclass instance (NEWOBJ with no arguments, BUILD with its __dict__).
   field_map dataclass(const pickle_node& n, std::string_view cls, std::initializer_list<std::string_view> known, const std::string& what) const {
     if (!is_class(n, cls)) fail(what + " is " + describe(n) + ", not a " + std::string(cls));
-    if (!n.items.empty()) fail(what + ": " + std::string(cls) + " is built with arguments");
+    if (!n.arguments().empty()) fail(what + ": " + std::string(cls) + " is built with arguments");
     field_map out;
     if (!n.state) return out;
     if (n.state->kind != pickle_kind::dict) fail(what + ": the state of " + std::string(cls) + " is " + describe(*n.state) + ", not a dict");
@@ -174,18 +178,19 @@ class dcp_decoder {
   }
   // torch.Size((ints,)) as a vector
   std::vector<std::int64_t> size(const pickle_node& n, const std::string& what) const {
-    if (n.kind != pickle_kind::object || !n.callable->is_global("torch", "Size") || n.items.size() != 1 ||
-        n.items[0]->kind != pickle_kind::tuple || n.state)
+    if (n.kind != pickle_kind::object || !n.callable->is_global("torch", "Size") || n.arguments().size() != 1 ||
+        n.arguments()[0]->kind != pickle_kind::tuple || n.state)
       fail(what + " is " + describe(n) + ", not a torch.Size");
     std::vector<std::int64_t> v;
-    for (const auto* x : n.items[0]->items) {
+    if (n.arguments()[0]->items.size() > dcp_max_rank) fail(what + " has more than " + std::to_string(dcp_max_rank) + " dimensions");
+    for (const auto* x : n.arguments()[0]->items) {
       if (x->kind != pickle_kind::integer || x->integer < 0) fail(what + " holds " + describe(*x));
       v.push_back(x->integer);
     }
     return v;
   }
   io::dtype properties(const pickle_node& n, const std::string& what) const {
-    if (!is_class(n, "TensorProperties") || !n.items.empty()) fail(what + ": properties are " + describe(n) + ", not TensorProperties");
+    if (!is_class(n, "TensorProperties") || !n.arguments().empty()) fail(what + ": properties are " + describe(n) + ", not TensorProperties");
     const auto* s = n.state;
     if (!s || s->kind != pickle_kind::tuple || s->items.size() != 5)
       fail(what + ": the state of TensorProperties is " + (s ? describe(*s) : std::string("missing")) +
@@ -196,14 +201,14 @@ class dcp_decoder {
     if (!t) fail(what + ": dtype torch." + dt.name + " is not supported");
     const auto& layout = *s->items[1];
     if (layout.kind != pickle_kind::object || !layout.callable->is_global("torch.serialization", "_get_layout") ||
-        layout.items.size() != 1 || layout.items[0]->kind != pickle_kind::string)
+        layout.arguments().size() != 1 || layout.arguments()[0]->kind != pickle_kind::string)
       fail(what + ": layout is " + describe(layout) + ", not torch.serialization._get_layout(name)");
-    if (layout.items[0]->text != "torch.strided") fail(what + ": layout " + quote_name(layout.items[0]->text) + " is not supported (only torch.strided)");
+    if (layout.arguments()[0]->text != "torch.strided") fail(what + ": layout " + quote_name(layout.arguments()[0]->text) + " is not supported (only torch.strided)");
     const auto& mf = *s->items[3];
     const bool member = mf.kind == pickle_kind::global &&
                         (mf.name.starts_with("MEM_FORMAT_ENCODING.") || mf.name.starts_with("_MEM_FORMAT_ENCODING."));
     const bool by_value = mf.kind == pickle_kind::object && mf.callable->role == pickle_role::enum_class &&
-                          mf.items[0]->integer >= 0 && mf.items[0]->integer <= 2;
+                          mf.arguments()[0]->integer >= 0 && mf.arguments()[0]->integer <= 2;
     if (!member && !by_value) fail(what + ": memory format is " + describe(mf) + ", not a MEM_FORMAT_ENCODING member");
     if (s->items[2]->kind != pickle_kind::boolean || s->items[4]->kind != pickle_kind::boolean)
       fail(what + ": requires_grad and pin_memory are " + describe(*s->items[2]) + " and " + describe(*s->items[4]) + ", not bools");
@@ -222,7 +227,7 @@ class dcp_decoder {
       if (!ok) fail("Metadata.storage_meta: " + name + " is " + describe(*v));
     }
   }
-  dcp_tensor tensor(const std::string& fqn, const pickle_node& n) const {
+  dcp_tensor tensor(const std::string& fqn, const pickle_node& n) {
     const auto what = "tensor " + quote_name(fqn);
     const auto f = dataclass(n, "TensorStorageMetadata", {"properties", "size", "chunks"}, what);
     dcp_tensor t;
@@ -231,6 +236,8 @@ class dcp_decoder {
     t.size = size(*need(f, "size", what), what + ": size");
     const auto* chunks = need(f, "chunks", what);
     if (chunks->kind != pickle_kind::list) fail(what + ": chunks are " + describe(*chunks) + ", not a list");
+    chunks_ += chunks->items.size();  // a list shared through the memo must not multiply the work
+    if (chunks_ > nodes_) fail(what + ": more chunks than the pickle has values (lists shared between tensors)");
     for (std::size_t i = 0; i < chunks->items.size(); ++i) {
       const auto cw = what + ": chunk " + std::to_string(i);
       const auto cf = dataclass(*chunks->items[i], "ChunkStorageMetadata", {"offsets", "sizes"}, cw);
@@ -280,34 +287,26 @@ class dcp_decoder {
       auto where = offsets ? what + " at " + format_dims(*offsets) : what;
       if (!by_key.emplace(key{fqn->text, offsets}, storage_info(*v, where)).second) fail(where + " is given twice");
     }
-    std::size_t used = 0;
+    // each entry serves exactly one item
+    std::set<key> used;
+    auto take = [&](const key& k, const std::string& item) {
+      const auto it = by_key.find(k);
+      if (it == by_key.end()) fail(item + " has no storage_data");
+      if (!used.insert(k).second) fail(item + " is given twice in state_dict_metadata");
+      return it->second;
+    };
     for (auto& t : md.tensors)
-      for (auto& c : t.chunks) {
-        const auto it = by_key.find(key{t.fqn, c.offsets});
-        if (it == by_key.end()) fail("the chunk of " + quote_name(t.fqn) + " at " + format_dims(c.offsets) + " has no storage_data");
-        c.storage = it->second;
-        ++used;
-      }
-    for (auto& b : md.byte_items) {
-      const auto it = by_key.find(key{b.fqn, std::nullopt});
-      if (it == by_key.end()) fail("the byte item " + quote_name(b.fqn) + " has no storage_data");
-      b.storage = it->second;
-      ++used;
-    }
-    if (used != by_key.size()) {
-      for (const auto& [k, s] : by_key) {
-        bool found = md.find(k.first) != nullptr;
-        for (const auto& b : md.byte_items) found = found || (b.fqn == k.first && !k.second);
-        if (const auto* t = md.find(k.first); t && k.second) {
-          found = false;
-          for (const auto& c : t->chunks) found = found || c.offsets == *k.second;
-        }
-        if (!found) fail("storage_data for " + quote_name(k.first) + (k.second ? " at " + format_dims(*k.second) : std::string()) + " matches no item of state_dict_metadata");
-      }
-    }
+      for (auto& c : t.chunks) c.storage = take(key{t.fqn, c.offsets}, "the chunk of " + quote_name(t.fqn) + " at " + format_dims(c.offsets));
+    for (auto& b : md.byte_items) b.storage = take(key{b.fqn, std::nullopt}, "the byte item " + quote_name(b.fqn));
+    for (const auto& entry : by_key)
+      if (!used.count(entry.first))
+        fail("storage_data for " + quote_name(entry.first.first) +
+             (entry.first.second ? " at " + format_dims(*entry.first.second) : std::string()) + " matches no item of state_dict_metadata");
   }
 
   std::string file_;
+  std::size_t nodes_ = 0;
+  std::size_t chunks_ = 0;  // decoded so far
 };
 
 }  // namespace detail
@@ -315,7 +314,7 @@ class dcp_decoder {
 /// Decodes the bytes of a `.metadata` file; `file` names it in errors.
 inline dcp_metadata parse_dcp_metadata(std::span<const std::byte> bytes, const std::string& file) {
   const auto doc = unpickle(bytes, file);
-  return detail::dcp_decoder(file).decode(doc.root());
+  return detail::dcp_decoder(file, doc.node_count()).decode(doc.root());
 }
 
 /// The path of a DCP directory's metadata file.
@@ -349,7 +348,8 @@ class dcp_checkpoint {
   /// The tensor of chunk `index` of `t`: its bytes in place, checked to be the chunk's dtype and
   /// shape. @post result.shape == t.chunks[index].sizes && result.type == t.type
   torch_tensor chunk(const dcp_tensor& t, std::size_t index) {
-    const auto& c = t.chunks.at(index);
+    RESHARD_EXPECTS(index < t.chunks.size(), "dcp_checkpoint::chunk: no such chunk");
+    const auto& c = t.chunks[index];
     const torch_archive a(item_bytes(c.storage), item_name(c.storage, t.fqn));
     auto out = read_torch_tensor(a);
     if (out.type != t.type || out.shape != c.sizes)

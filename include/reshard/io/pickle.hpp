@@ -162,9 +162,10 @@ struct pickle_node {
   std::string text;  ///< str and bytes: the content; global: the module
   std::string name;  ///< global: the name in its module ("Size", "MEM_FORMAT_ENCODING.TORCH_CHANNELS_LAST")
   pickle_role role = pickle_role::value;                       ///< global: its role
-  std::vector<const pickle_node*> items;                       ///< list, tuple; object: the arguments; persistent_id: the id
+  std::vector<const pickle_node*> items;                       ///< list, tuple; persistent_id: {the id}
   std::vector<std::pair<const pickle_node*, const pickle_node*>> entries;  ///< dict, in order
   const pickle_node* callable = nullptr;                       ///< object: the global called
+  const pickle_node* args = nullptr;                           ///< object: its argument tuple (shared, not copied)
   const pickle_node* state = nullptr;                          ///< object: the BUILD state, if any
 
   /// "module.name" of a global; of an object, its global's.
@@ -175,6 +176,8 @@ struct pickle_node {
   bool is_global(std::string_view module, std::string_view n) const {
     return kind == pickle_kind::global && text == module && name == n;
   }
+  /// The arguments of an object.
+  const std::vector<const pickle_node*>& arguments() const { return args->items; }
   /// The value of dict key `key` (a str), or nullptr.
   const pickle_node* find(std::string_view key) const {
     for (const auto& [k, v] : entries)
@@ -530,7 +533,7 @@ class pickle_reader {
   pickle_node* object(const pickle_node* callable, const pickle_node* args) {
     auto* n = make(pickle_kind::object);
     n->callable = callable;
-    n->items = args->items;
+    n->args = args;
     return n;
   }
   pickle_node* reduce(const pickle_node* callable, const pickle_node* args) {

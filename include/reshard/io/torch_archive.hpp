@@ -268,7 +268,7 @@ inline torch_tensor read_torch_tensor(const torch_archive& a) {
   const auto& root = doc.root();
   if (root.kind != pickle_kind::object || !root.callable->is_global("torch._utils", "_rebuild_tensor_v2"))
     a.fail("data.pkl holds " + describe(root) + ", not a tensor (torch._utils._rebuild_tensor_v2)");
-  const auto& args = root.items;
+  const auto& args = root.arguments();
   if (args.size() != 6 && args.size() != 7)
     a.fail("data.pkl: _rebuild_tensor_v2 has " + std::to_string(args.size()) + " arguments, not 6 or 7");
   if (args.size() == 7 && !(args[6]->kind == pickle_kind::none || (args[6]->kind == pickle_kind::dict && args[6]->entries.empty())))
