@@ -317,7 +317,7 @@ TEST(dcp, unsupported_content_is_refused_by_name) {
   EXPECT_NE(meta_error(two_tensors, extra).find("Metadata has the unknown field 'surprise'"), std::string::npos);
   meta_options td;
   td.transform_descriptor = true;
-  EXPECT_NE(meta_error(two_tensors, td).find("transform_descriptors a list of 1 items are not supported"), std::string::npos)
+  EXPECT_NE(meta_error(two_tensors, td).find("storage_data for 'layer.w' at [0,0]: _StorageInfo.transform_descriptors is a list of 1 item; transformed bytes are not supported"), std::string::npos)
       << meta_error(two_tensors, td);
   auto up = two_tensors;
   up[0].chunks[0].path = "../elsewhere.distcp";

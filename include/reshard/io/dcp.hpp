@@ -263,7 +263,7 @@ class dcp_decoder {
       fail(what + ": _StorageInfo(" + describe(*path) + ", " + describe(*off) + ", " + describe(*len) + ") is not (str, offset, length)");
     if (const auto* td = get(f, "transform_descriptors");
         td && td->kind != pickle_kind::none && !((td->kind == pickle_kind::list || td->kind == pickle_kind::tuple) && td->items.empty()))
-      fail(what + ": transform_descriptors " + describe(*td) + " are not supported (the bytes are transformed)");
+      fail(what + ": _StorageInfo.transform_descriptors is " + describe(*td) + "; transformed bytes are not supported");
     const std::filesystem::path p(path->text);
     bool escapes = path->text.empty() || p.is_absolute() || path->text.find('\0') != std::string::npos;
     for (const auto& part : p) escapes = escapes || part == "..";
@@ -311,10 +311,10 @@ class dcp_decoder {
 
 }  // namespace detail
 
-/// Decodes the bytes of a `.metadata` file; `file` names it in errors.
+/// Decodes the bytes of a `.metadata` file; `file` names it in errors ("dcp: <file>: <reason>").
 inline dcp_metadata parse_dcp_metadata(std::span<const std::byte> bytes, const std::string& file) {
-  const auto doc = unpickle(bytes, file);
-  return detail::dcp_decoder(file, doc.node_count()).decode(doc.root());
+  const auto doc = unpickle(bytes, "dcp: " + file);
+  return detail::dcp_decoder("dcp: " + file, doc.node_count()).decode(doc.root());
 }
 
 /// The path of a DCP directory's metadata file.
@@ -373,7 +373,7 @@ class dcp_checkpoint {
 
  private:
   std::string item_name(const dcp_storage& s, const std::string& fqn) const {
-    return (dir_ / s.relative_path).string() + " [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) + ") (" +
+    return "dcp: " + (dir_ / s.relative_path).string() + " [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) + ") (" +
            io::detail::quote_name(fqn) + ")";
   }
   const mapped_file& file(const std::string& relative) {

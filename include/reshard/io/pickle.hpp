@@ -196,7 +196,10 @@ inline std::string describe(const pickle_node& n) {
     case pickle_kind::global: return "the global " + n.qualified_name();
     case pickle_kind::object: return "an object " + n.qualified_name();
     case pickle_kind::floating: return "a float " + std::to_string(n.floating);
-    default: return "a " + std::string(kind_name(n.kind)) + " of " + std::to_string(n.items.size() + n.entries.size()) + " items";
+    default: {
+      const auto count = n.items.size() + n.entries.size();
+      return "a " + std::string(kind_name(n.kind)) + " of " + std::to_string(count) + (count == 1 ? " item" : " items");
+    }
   }
 }
 
