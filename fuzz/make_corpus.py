@@ -303,6 +303,24 @@ def dcp_archives():
     return out
 
 
+def zip64_archive(entries):
+    """A stored zip of (name, bytes) with zip64 extra fields for every size and offset (as a
+    torch archive over 4 GiB has them), and the zip64 end records torch always writes."""
+    out, central = b"", b""
+    for name, data in entries:
+        local, crc, n = len(out), binascii.crc32(data), name.encode()
+        out += struct.pack("<IHHHHHIIIHH", 0x04034b50, 45, 0, 0, 0, 0, crc, 0xFFFFFFFF, 0xFFFFFFFF, len(n), 20)
+        out += n + struct.pack("<HHQQ", 1, 16, len(data), len(data)) + data
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014b50, 45, 45, 0, 0, 0, 0, crc, 0xFFFFFFFF, 0xFFFFFFFF,
+                               len(n), 28, 0, 0, 0, 0, 0xFFFFFFFF)
+        central += n + struct.pack("<HHQQQ", 1, 24, len(data), len(data), local)
+    cd, z = len(out), len(out) + len(central)
+    out += central
+    out += struct.pack("<IQHHIIQQQQ", 0x06064b50, 44, 45, 45, 0, 0, len(entries), len(entries), len(central), cd)
+    out += struct.pack("<IIQI", 0x07064b50, 0, z, 1)
+    return out + struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+
+
 def dcp_seeds(c):
     import io
     import pickle
@@ -329,6 +347,7 @@ def dcp_seeds(c):
                 for entry, data in entries:
                     z.writestr(zipfile.ZipInfo(entry), data, compress_type=zipfile.ZIP_DEFLATED)
             c.add("torch_archive", name + "_deflated", deflated.getvalue())
+            c.add("torch_archive", name + "_zip64", zip64_archive(entries + [("archive/byteorder", b"little")]))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -231,6 +231,79 @@ TEST(torch_archive, a_storage_of_the_wrong_size_is_refused) {
   EXPECT_NE(archive_error(bytes).find("storage 'data/0' holds 48 bytes, not 7 elements of 8 bytes"), std::string::npos) << archive_error(bytes);
 }
 
+namespace {
+// A stored zip of `entries` as this test writes it: with zip64 extra fields for every size and
+// offset (as a torch archive over 4 GiB has), or plain 32-bit fields; zip64 end records always,
+// as torch writes them.
+std::vector<std::byte> make_zip(const std::vector<std::pair<std::string, std::vector<std::byte>>>& entries, bool zip64) {
+  std::vector<std::byte> out, central;
+  auto put = [](std::vector<std::byte>& v, std::uint64_t x, int n) {
+    for (int i = 0; i < n; ++i) v.push_back(static_cast<std::byte>((x >> (8 * i)) & 0xFF));
+  };
+  auto put_name = [](std::vector<std::byte>& v, const std::string& n) {
+    for (char c : n) v.push_back(static_cast<std::byte>(c));
+  };
+  const std::uint64_t ones = 0xFFFFFFFF;
+  for (const auto& [name, data] : entries) {
+    const auto local = out.size();
+    const auto crc = crc32(data);
+    put(out, 0x04034b50, 4), put(out, 45, 2), put(out, 0, 2), put(out, 0, 2), put(out, 0, 4), put(out, crc, 4);
+    put(out, zip64 ? ones : data.size(), 4), put(out, zip64 ? ones : data.size(), 4);
+    put(out, name.size(), 2), put(out, zip64 ? 20 : 0, 2);
+    put_name(out, name);
+    if (zip64) put(out, 1, 2), put(out, 16, 2), put(out, data.size(), 8), put(out, data.size(), 8);
+    out.insert(out.end(), data.begin(), data.end());
+    put(central, 0x02014b50, 4), put(central, 45, 2), put(central, 45, 2), put(central, 0, 2), put(central, 0, 2);
+    put(central, 0, 4), put(central, crc, 4), put(central, zip64 ? ones : data.size(), 4), put(central, zip64 ? ones : data.size(), 4);
+    put(central, name.size(), 2), put(central, zip64 ? 28 : 0, 2), put(central, 0, 2), put(central, 0, 2), put(central, 0, 2);
+    put(central, 0, 4), put(central, zip64 ? ones : local, 4);
+    put_name(central, name);
+    if (zip64) put(central, 1, 2), put(central, 24, 2), put(central, data.size(), 8), put(central, data.size(), 8), put(central, local, 8);
+  }
+  const auto cd_offset = out.size();
+  out.insert(out.end(), central.begin(), central.end());
+  const auto z = out.size();
+  put(out, 0x06064b50, 4), put(out, 44, 8), put(out, 45, 2), put(out, 45, 2), put(out, 0, 4), put(out, 0, 4);
+  put(out, entries.size(), 8), put(out, entries.size(), 8), put(out, central.size(), 8), put(out, cd_offset, 8);
+  put(out, 0x07064b50, 4), put(out, 0, 4), put(out, z, 8), put(out, 1, 4);
+  put(out, 0x06054b50, 4), put(out, 0, 2), put(out, 0, 2);
+  put(out, zip64 ? 0xFFFF : entries.size(), 2), put(out, zip64 ? 0xFFFF : entries.size(), 2);
+  put(out, zip64 ? ones : central.size(), 4), put(out, zip64 ? ones : cd_offset, 4), put(out, 0, 2);
+  return out;
+}
+std::vector<std::byte> bytes_of(std::string_view s) { return {as_bytes(s).begin(), as_bytes(s).end()}; }
+}  // namespace
+
+TEST(torch_archive, zip64_fields_and_byteorder) {
+  // the minimal fixture's data.pkl and storage (float32 [1, 2]) in archives of this test's making
+  const auto real = archive_bytes("minimal/__0_0.distcp");
+  const torch_archive fixture(real, "minimal");
+  const std::vector<std::byte> pkl(fixture.data_pkl().begin(), fixture.data_pkl().end());
+  const auto storage = from_hex("0000803f00000040");
+  for (bool zip64 : {false, true}) {
+    SCOPED_TRACE(zip64);
+    const auto bytes = make_zip({{"t/data.pkl", pkl}, {"t/data/0", storage}, {"t/byteorder", bytes_of("little")}}, zip64);
+    const torch_archive a(bytes, "z.pt");
+    EXPECT_EQ(a.prefix(), "t");
+    for (const auto& e : a.entries()) EXPECT_NO_THROW(a.check_crc(e));
+    const auto t = read_torch_tensor(a);
+    EXPECT_EQ(to_hex(t.data), "0000803f00000040");
+    EXPECT_EQ(t.shape, std::vector<std::int64_t>{2});
+    const auto big = make_zip({{"t/data.pkl", pkl}, {"t/data/0", storage}, {"t/byteorder", bytes_of("big")}}, zip64);
+    EXPECT_NE(archive_error(big).find("byteorder is not 'little'"), std::string::npos);
+    const auto two_dirs = make_zip({{"t/data.pkl", pkl}, {"u/data/0", storage}}, zip64);
+    EXPECT_NE(archive_error(two_dirs).find("entry 'u/data/0' is outside the archive's directory 't'"), std::string::npos);
+    const auto no_storage = make_zip({{"t/data.pkl", pkl}}, zip64);
+    EXPECT_NE(archive_error(no_storage).find("has no entry 't/data/0'"), std::string::npos);
+  }
+  auto flipped = make_zip({{"t/data.pkl", pkl}, {"t/data/0", storage}}, false);
+  const auto at = to_hex(flipped).find("0000803f");
+  ASSERT_EQ(at % 2, 0u);
+  flipped[at / 2] = std::byte{1};  // the storage's first byte
+  const torch_archive c(flipped, "c.pt");
+  EXPECT_NE(error_of([&] { c.check_crc(c.at("data/0")); }).find("entry 't/data/0' fails its CRC-32"), std::string::npos);
+}
+
 RC_GTEST_PROP(torch_archive, byte_flips_decode_or_throw_reshard_error, ()) {
   auto bytes = archive_bytes("cols/__0_0.distcp");
   const auto flips = *rc::gen::inRange(1, 4);

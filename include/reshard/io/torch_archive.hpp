@@ -17,7 +17,8 @@
 // disagrees with the central directory, two entries of one name, and names without the common
 // prefix. Entries are spans into the input: nothing is copied.
 //
-// read_torch_tensor decodes `data.pkl` of a saved tensor (pickle.hpp, with torch.save's
+// read_torch_tensor decodes `data.pkl` of a saved tensor (refusing a `byteorder` entry other than
+// `little`) (pickle.hpp, with torch.save's
 // persistent ids): `_rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad,
 // hooks[, metadata])`, the storage `('storage', torch.<T>Storage, key, location, numel)`. It
 // checks the storage entry's size (numel times the element size), that the tensor lies inside
@@ -34,6 +35,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <set>
@@ -284,6 +286,9 @@ inline torch_tensor read_torch_tensor(const torch_archive& a) {
   const auto& type = *sid.items[1];
   const auto dt = type.text == "torch" ? torch_storage_dtype(type.name) : std::nullopt;
   if (!dt) a.fail("data.pkl: storage type " + type.qualified_name() + " is not supported");
+  if (const auto* order = a.find("byteorder");
+      order && (order->data.size() != 6 || std::memcmp(order->data.data(), "little", 6) != 0))
+    a.fail("byteorder is not 'little': big-endian storages are not supported");
   torch_tensor t;
   t.type = *dt;
   t.storage_key = "data/" + sid.items[2]->text;
