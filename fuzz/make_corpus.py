@@ -325,7 +325,7 @@ def dcp_seeds(c):
     import io
     import pickle
     import zipfile
-    for fixture in ("plain", "rows", "cols"):
+    for fixture in ("plain", "rows", "cols", "grid"):
         meta = read(os.path.join(DCP, fixture, ".metadata"))
         c.add("pickle", "metadata_" + fixture, b"\x02" + meta)
         c.add("pickle", "metadata_" + fixture + "_plain", b"\x00" + meta)

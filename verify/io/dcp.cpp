@@ -101,6 +101,13 @@ TEST(dcp, torch_113_minimal) { expect_fixture("minimal"); }
 TEST(dcp, torch_113_plain_tensors_and_byte_items) { expect_fixture("plain"); }
 TEST(dcp, torch_113_sharded_rows_uneven_and_replicated) { expect_fixture("rows"); }
 TEST(dcp, torch_113_sharded_columns_and_bfloat16) { expect_fixture("cols"); }
+TEST(dcp, torch_113_uneven_grid_on_4_processes) {
+  expect_fixture("grid");
+  const auto md = read_dcp_metadata(fixtures() / "grid");
+  ASSERT_TRUE(md.find("g") && md.find("i"));
+  EXPECT_EQ(md.find("g")->chunks.at(3), (dcp_chunk{{3, 4}, {1, 2}, {"__3_0.distcp", 0, 747}}));
+  EXPECT_EQ(md.find("i")->chunks.size(), 3u);  // the fourth rank's shard of 0 rows is not saved
+}
 
 // docs/formats.md#golden-bytes shows the files of the minimal fixture in hex: they must be those
 TEST(dcp, golden_bytes_of_the_docs_are_the_fixture) {

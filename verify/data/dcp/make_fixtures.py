@@ -15,6 +15,9 @@ bit for bit, and need no torch.
             uneven), and a replicated int64 [4] saved by both
   cols      a ShardedTensor float32 [3,4] split by columns across 2 gloo processes, and a
             bfloat16 [2,2] ShardedTensor split by rows
+  grid      4 gloo processes: a ShardedTensor float32 [4,6] in an uneven 2x2 grid (rows 3 + 1,
+            columns 4 + 2; EnumerableShardingSpec) and an int64 [5,2] split by rows 2 + 2 + 1 + 0
+            (ChunkShardingSpec: the last rank holds nothing)
 
 Deterministic values (no randomness); run it again and only nothing but torch's own output
 changes. Run with /usr/bin/python3 from anywhere:
@@ -61,7 +64,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed._shard import sharded_tensor  # noqa: E402
-from torch.distributed._shard.sharding_spec import ChunkShardingSpec  # noqa: E402
+from torch.distributed._shard.metadata import ShardMetadata  # noqa: E402
+from torch.distributed._shard.sharding_spec import ChunkShardingSpec, EnumerableShardingSpec  # noqa: E402
 import torch.distributed._shard.checkpoint as dcp  # noqa: E402
 
 
@@ -136,18 +140,25 @@ def plain():
     write_expected("plain", like)
 
 
+GRID = [([0, 0], [3, 4]), ([0, 4], [3, 2]), ([3, 0], [1, 4]), ([3, 4], [1, 2])]  # (offsets, sizes) of rank r
 SHARDED = {
-    # name: (global shape, dtype, split dim)
+    # name: {key: (global shape, dtype, split dim, or "grid")}
     "rows": {"w": ([5, 3], torch.float32, 0)},
     "cols": {"w": ([3, 4], torch.float32, 1), "h": ([2, 2], torch.bfloat16, 0)},
+    "grid": {"g": ([4, 6], torch.float32, "grid"), "i": ([5, 2], torch.int64, 0)},
 }
+WORLD = {"rows": 2, "cols": 2, "grid": 4}
 
 
 def sharded_worker(rank, world, name, init_file):
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
     sd = {}
     for key, (shape, dtype, dim) in SHARDED[name].items():
-        spec = ChunkShardingSpec(dim=dim, placements=[f"rank:{r}/cpu" for r in range(world)])
+        if dim == "grid":
+            spec = EnumerableShardingSpec([ShardMetadata(shard_offsets=o, shard_sizes=z, placement=f"rank:{r}/cpu")
+                                           for r, (o, z) in enumerate(GRID)])
+        else:
+            spec = ChunkShardingSpec(dim=dim, placements=[f"rank:{r}/cpu" for r in range(world)])
         full = values(shape, dtype)
         st = sharded_tensor.empty(spec, *shape, dtype=dtype)
         for shard in st.local_shards():
@@ -165,7 +176,7 @@ def sharded_worker(rank, world, name, init_file):
 def sharded(name):
     fresh(name)
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(sharded_worker, args=(2, name, os.path.join(tmp, "init")), nprocs=2, join=True)
+        mp.spawn(sharded_worker, args=(WORLD[name], name, os.path.join(tmp, "init")), nprocs=WORLD[name], join=True)
     like = {k: torch.zeros(shape, dtype=dtype) for k, (shape, dtype, _) in SHARDED[name].items()}
     if name == "rows":
         like["replicated"] = torch.zeros([4], dtype=torch.int64)
@@ -178,4 +189,5 @@ if __name__ == "__main__":
     plain()
     sharded("rows")
     sharded("cols")
-    print("make_fixtures.py: wrote", ", ".join(["minimal", "plain", "rows", "cols"]), "with torch", torch.__version__)
+    sharded("grid")
+    print("make_fixtures.py: wrote", ", ".join(["minimal", "plain", "rows", "cols", "grid"]), "with torch", torch.__version__)
