@@ -37,7 +37,6 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <span>
 #include <string>
