@@ -428,13 +428,13 @@ TEST(dcp, work_is_bounded_by_the_input) {
       w.str("properties").new_object(meta, "TensorProperties").mark().global("torch", "float32");
       w.global("torch.serialization", "_get_layout").str("torch.strided").op(0x85).op('R').boolean(false);
       w.global(meta, "MEM_FORMAT_ENCODING").integer(0).op(0x85).op('R').boolean(false).op('t').op('b');
-      w.op('r').le(1000000, 4);  // LONG_BINPUT 1000000: the properties
-      w.str("size").torch_size({300}).op('r').le(1000001, 4);
-      w.str("chunks").op(']').op('r').le(1000002, 4).mark();
+      w.op('r').le(60000, 4);  // LONG_BINPUT 60000 (the pickle is larger): the properties
+      w.str("size").torch_size({300}).op('r').le(60001, 4);
+      w.str("chunks").op(']').op('r').le(60002, 4).mark();
       for (int c = 0; c < 300; ++c) w.new_object(meta, "ChunkStorageMetadata").build_dict().str("offsets").torch_size({c}).str("sizes").torch_size({1}).end_build();
       w.op('e');
     } else {
-      w.str("properties").get(1000000).str("size").get(1000001).str("chunks").get(1000002);
+      w.str("properties").get(60000).str("size").get(60001).str("chunks").get(60002);
     }
     w.end_build();
   }

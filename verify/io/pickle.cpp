@@ -103,6 +103,20 @@ TEST(pickle, memo_shares_values) {
   EXPECT_EQ(r.items[0], &r);  // the list holds itself, as in Python
 }
 
+TEST(pickle, immutable_leaves_are_shared) {
+  pickle_writer w;
+  w.mark().integer(5).integer(5).op(')').op(')').none().none().integer(300).integer(300).op('t').stop();
+  const auto doc = decode(w.data());
+  const auto& t = doc.root().items;
+  ASSERT_EQ(t.size(), 8u);
+  EXPECT_EQ(t[0], t[1]);  // 5
+  EXPECT_EQ(t[2], t[3]);  // ()
+  EXPECT_EQ(t[4], t[5]);  // None
+  EXPECT_NE(t[6], t[7]);  // 300: a node each
+  EXPECT_EQ(t[6]->integer, 300);
+  EXPECT_EQ(doc.node_count(), 6u);
+}
+
 TEST(pickle, objects_share_their_argument_tuple) {
   // 1000 torch.Size objects of one memoized 1000-int tuple: no copy of the tuple each
   pickle_writer w;
@@ -218,6 +232,7 @@ TEST(pickle, malformed_input_is_refused_with_its_reason) {
   EXPECT_NE(err("800449310a2e").find("unsupported opcode 0x49 'I'"), std::string::npos);
   EXPECT_NE(err("8001").find("protocol 1 is not supported"), std::string::npos);
   EXPECT_NE(err("8004680a2e").find("memo entry 10 was never stored"), std::string::npos);
+  EXPECT_NE(err("80044e72e80300002e").find("memo index 1000 is beyond the pickle's 9 bytes"), std::string::npos);
   EXPECT_NE(err("80048a09000000000000000000012e").find("integer of 9 bytes"), std::string::npos);
   EXPECT_NE(err("80048c02c3282e").find("not UTF-8"), std::string::npos);
   EXPECT_NE(err("8004612e").find("pop from an empty stack"), std::string::npos);

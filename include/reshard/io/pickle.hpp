@@ -25,8 +25,10 @@
 // are refused. The pickle must end with STOP leaving exactly one value, and nothing may follow.
 //
 // Bounds: the parser is iterative (no recursion on the input's nesting), every node lives in
-// one arena owned by the pickle_document (freed without recursion), and pickle_limits bounds the
-// stack, the open MARKs, the memo and the node count. A value may refer to itself through the
+// one arena owned by the pickle_document (freed without recursion), at most one node per opcode
+// (None, True, False, () and the ints 0..255 are shared, an object shares its argument tuple), memo
+// indices below the pickle's size, and pickle_limits bounds the stack, the open MARKs, the memo
+// and the node count. A value may refer to itself through the
 // memo (as in Python): code walking a value must bound its own depth.
 #pragma once
 
@@ -41,7 +43,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -271,13 +272,9 @@ class pickle_reader {
         case '0': pop(); break;
         case '1': pop_mark(); break;
         case '2': push(top()); break;
-        case 'N': push(make(pickle_kind::none)); break;
-        case 0x88: case 0x89: {
-          auto* n = make(pickle_kind::boolean);
-          n->boolean = op == 0x88;
-          push(n);
-          break;
-        }
+        case 'N': push(shared(none_, pickle_kind::none, 0)); break;
+        case 0x88: push(shared(true_, pickle_kind::boolean, 1)); break;
+        case 0x89: push(shared(false_, pickle_kind::boolean, 0)); break;
         case 'J': push_int(static_cast<std::int32_t>(static_cast<std::uint32_t>(le(4)))); break;
         case 'K': push_int(static_cast<std::int64_t>(le(1))); break;
         case 'M': push_int(static_cast<std::int64_t>(le(2))); break;
@@ -298,7 +295,7 @@ class pickle_reader {
         case 0x8e: text(pickle_kind::bytes, le(8)); break;
         case '}': push(make(pickle_kind::dict)); break;
         case ']': push(make(pickle_kind::list)); break;
-        case ')': push(make(pickle_kind::tuple)); break;
+        case ')': push(shared(empty_tuple_, pickle_kind::tuple, 0)); break;
         case 't': push(sequence(pickle_kind::tuple, pop_mark())); break;
         case 'l': push(sequence(pickle_kind::list, pop_mark())); break;
         case 0x85: case 0x86: case 0x87: {
@@ -381,7 +378,7 @@ class pickle_reader {
         }
         case 'q': put(static_cast<std::uint32_t>(le(1))); break;
         case 'r': put(static_cast<std::uint32_t>(le(4))); break;
-        case 0x94: put(static_cast<std::uint32_t>(memo_.size())); break;
+        case 0x94: put(static_cast<std::uint32_t>(memo_count_)); break;
         case 'h': get(static_cast<std::uint32_t>(le(1))); break;
         case 'j': get(static_cast<std::uint32_t>(le(4))); break;
         case 'Q': {
@@ -473,7 +470,17 @@ class pickle_reader {
     return items;
   }
 
+  // None, True, False, () and the ints 0..255 are immutable: one node each serves every use
+  pickle_node* shared(pickle_node*& slot, pickle_kind k, std::int64_t v) {
+    if (!slot) {
+      slot = make(k);
+      slot->integer = v;
+      slot->boolean = v != 0;
+    }
+    return slot;
+  }
   void push_int(std::int64_t v) {
+    if (v >= 0 && v < 256) return push(shared(small_[static_cast<std::size_t>(v)], pickle_kind::integer, v));
     auto* n = make(pickle_kind::integer);
     n->integer = v;
     push(n);
@@ -576,14 +583,18 @@ class pickle_reader {
       fail("NEWOBJ of " + describe(*cls) + ", not of an allowed class");
     return object(cls, args);
   }
+  // The memo as a vector: Python's pickler numbers its entries 0, 1, 2, ..., so an index is
+  // below the number of opcodes, hence below the pickle's size; a larger one is refused.
   void put(std::uint32_t i) {
-    if (memo_.size() >= opt_.limits.max_memo && !memo_.count(i)) fail("more than " + std::to_string(opt_.limits.max_memo) + " memo entries");
+    if (i >= opt_.limits.max_memo) fail("more than " + std::to_string(opt_.limits.max_memo) + " memo entries (index " + std::to_string(i) + ")");
+    if (i >= in_.size()) fail("memo index " + std::to_string(i) + " is beyond the pickle's " + std::to_string(in_.size()) + " bytes");
+    if (i >= memo_.size()) memo_.resize(std::size_t{i} + 1, nullptr);
+    if (!memo_[i]) ++memo_count_;
     memo_[i] = top();
   }
   void get(std::uint32_t i) {
-    const auto it = memo_.find(i);
-    if (it == memo_.end()) fail("memo entry " + std::to_string(i) + " was never stored");
-    push(it->second);
+    if (i >= memo_.size() || !memo_[i]) fail("memo entry " + std::to_string(i) + " was never stored");
+    push(memo_[i]);
   }
   pickle_document stop() {
     if (!marks_.empty()) fail("STOP with a MARK open");
@@ -599,7 +610,10 @@ class pickle_reader {
   std::size_t at_ = 0, op_at_ = 0;
   std::vector<pickle_node*> stack_;
   std::vector<std::size_t> marks_;
-  std::unordered_map<std::uint32_t, pickle_node*> memo_;
+  std::vector<pickle_node*> memo_;
+  std::size_t memo_count_ = 0;
+  pickle_node *none_ = nullptr, *true_ = nullptr, *false_ = nullptr, *empty_tuple_ = nullptr;
+  std::array<pickle_node*, 256> small_{};
   pickle_document doc_;
 };
 }  // namespace detail
