@@ -281,6 +281,76 @@ def json_seeds(c):
 
 
 # ------------------------------------------------------------------------------------------------
+# PyTorch DCP: the pickles and torch.save archives of the committed fixtures (written by torch
+# 1.13, verify/data/dcp/), CPython's own pickles, and malformed variants
+
+DCP = os.path.join(HERE, "..", "verify", "data", "dcp")
+
+
+def dcp_archives():
+    """(name, bytes) of every torch.save archive inside the fixtures' .distcp files."""
+    out = []
+    for fixture in ("plain", "rows", "cols"):
+        d = os.path.join(DCP, fixture)
+        for f in sorted(os.listdir(d)):
+            if not f.endswith(".distcp"):
+                continue
+            data, at, n = read(os.path.join(d, f)), 0, 0
+            while at < len(data):  # items follow each other; each ends with its end record
+                end = data.index(b"PK\x05\x06", at) + 22
+                out.append(("%s_%s_%d" % (fixture, f[:-len(".distcp")], n), data[at:end]))
+                at, n = end, n + 1
+    return out
+
+
+def zip64_archive(entries):
+    """A stored zip of (name, bytes) with zip64 extra fields for every size and offset (as a
+    torch archive over 4 GiB has them), and the zip64 end records torch always writes."""
+    out, central = b"", b""
+    for name, data in entries:
+        local, crc, n = len(out), binascii.crc32(data), name.encode()
+        out += struct.pack("<IHHHHHIIIHH", 0x04034b50, 45, 0, 0, 0, 0, crc, 0xFFFFFFFF, 0xFFFFFFFF, len(n), 20)
+        out += n + struct.pack("<HHQQ", 1, 16, len(data), len(data)) + data
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014b50, 45, 45, 0, 0, 0, 0, crc, 0xFFFFFFFF, 0xFFFFFFFF,
+                               len(n), 28, 0, 0, 0, 0, 0xFFFFFFFF)
+        central += n + struct.pack("<HHQQQ", 1, 24, len(data), len(data), local)
+    cd, z = len(out), len(out) + len(central)
+    out += central
+    out += struct.pack("<IQHHIIQQQQ", 0x06064b50, 44, 45, 45, 0, 0, len(entries), len(entries), len(central), cd)
+    out += struct.pack("<IIQI", 0x07064b50, 0, z, 1)
+    return out + struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+
+
+def dcp_seeds(c):
+    import io
+    import pickle
+    import zipfile
+    for fixture in ("plain", "rows", "cols", "grid"):
+        meta = read(os.path.join(DCP, fixture, ".metadata"))
+        c.add("pickle", "metadata_" + fixture, b"\x02" + meta)
+        c.add("pickle", "metadata_" + fixture + "_plain", b"\x00" + meta)
+    value = {"a": [1, (2, "x")], "b": None, "c": b"\x00\xff", "d": -70000, "e": 1.5, "f": True, "g": 2 ** 40}
+    for protocol in (2, 3, 4, 5):
+        c.add("pickle", "cpython_p%d" % protocol, b"\x00" + pickle.dumps(value, protocol=protocol))
+    c.add("pickle", "os_system", b"\x00" + b"cos\nsystem\n(S'echo pwned'\ntR.")
+    c.add("pickle", "self_list", b"\x00\x80\x04]\x94h\x00a.")
+    for name, archive in dcp_archives():
+        c.add("torch_archive", name, archive)
+        with zipfile.ZipFile(io.BytesIO(archive)) as z:
+            pkl = z.read(z.namelist()[0])
+            entries = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+        c.add("pickle", "data_pkl_" + name, b"\x01" + pkl)
+        if name == "plain___0_0_0":
+            c.add("torch_archive", name + "_truncated", archive[:-30])
+            deflated = io.BytesIO()
+            with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as z:
+                for entry, data in entries:
+                    z.writestr(zipfile.ZipInfo(entry), data, compress_type=zipfile.ZIP_DEFLATED)
+            c.add("torch_archive", name + "_deflated", deflated.getvalue())
+            c.add("torch_archive", name + "_zip64", zip64_archive(entries + [("archive/byteorder", b"little")]))
+
+
+# ------------------------------------------------------------------------------------------------
 # decoding targets: seeded random bytes (every input decodes to something)
 
 def random_seeds(c):
@@ -303,6 +373,7 @@ def main(argv):
         safetensors_seeds(c, tmp)
         layout_seeds(c)
         json_seeds(c)
+        dcp_seeds(c)
         random_seeds(c)
     finally:
         shutil.rmtree(tmp, True)

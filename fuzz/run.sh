@@ -25,7 +25,8 @@ fi
 seconds=$1
 shift
 all=(plan_convert layout_json ckpt ckpt_roundtrip safetensors safetensors_roundtrip
-     strategy_json strategy_protobuf strategy_roundtrip json_reader rename_map hf_index)
+     strategy_json strategy_protobuf strategy_roundtrip json_reader rename_map hf_index
+     pickle torch_archive)
 targets=("$@")
 (( ${#targets[@]} )) || targets=("${all[@]}")
 
