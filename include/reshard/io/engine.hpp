@@ -296,7 +296,7 @@ class transform_job {
       per[i] = run.run_target(i, out);
     });
     phase_ = phase::done;
-    transform_summary s = merge_summaries(per);
+    transform_summary s = merge_summaries(std::span<transform_summary>(per), true);
     finish(s);
     s.synced = false;  // nothing was written
     return s;
@@ -401,9 +401,12 @@ class transform_job {
   void make_plan() {
     catalogue_.collect(opts_.names, warnings_);
     checkpoint_plan pl;
+    pl.targets.reserve(targets_.size());
+    std::size_t last = 0;  // the previous target's item count: most targets have the same
     for (const auto& t : targets_) {
       std::set<std::string_view> names;
       std::vector<plan_item> items;
+      items.reserve(last);
       catalogue_.for_each_item(t.rank, [&](out_item& it) {
         if (!names.insert(it.name()).second)
           report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + quote_name(it.name()) +
@@ -412,6 +415,7 @@ class transform_job {
       });
       if (items.empty())
         report_error(op_ + ": target rank " + std::to_string(t.rank) + " would get no parameters");
+      last = items.size();
       place_items(t, std::move(items), pl.targets.emplace_back());
     }
     check_casts();

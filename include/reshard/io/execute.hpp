@@ -76,7 +76,7 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
     for (const auto& w : s.written) s.bytes_written += w.bytes;
     per[i] = std::move(s);
   });
-  return merge_summaries(per);
+  return merge_summaries(std::span<transform_summary>(per), true);
 }
 
 /// Checks the path a manifest of a run will be written to: not a source file (`sources`: each

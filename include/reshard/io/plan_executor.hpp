@@ -192,9 +192,7 @@ class plan_executor {
     }
     if (files == 0) out.open_file(0);
     out.finish();
-    std::vector<index_t> used;
-    for (const auto& [r, b] : totals_of(t).reads) used.push_back(r);
-    budget_.retire(used);
+    budget_.retire(read_by_target_[i]);
     report(t.rank, {}, 0, true);
     return s;
   }
@@ -208,11 +206,17 @@ class plan_executor {
   }
 
  private:
-  // Per source: the reader and how many targets read it.
-  std::map<index_t, std::pair<const checkpoint_reader*, std::int64_t>> uses() const {
+  // Per source: the reader and how many targets read it; and each target's sources (read_by_target_).
+  std::map<index_t, std::pair<const checkpoint_reader*, std::int64_t>> uses() {
     std::map<index_t, std::pair<const checkpoint_reader*, std::int64_t>> u;
-    for (const auto& t : plan_.targets)
-      for (const auto& [r, b] : totals_of(t).reads) {
+    read_by_target_.resize(plan_.targets.size());
+    for (std::size_t i = 0; i < plan_.targets.size(); ++i) {
+      const plan_target& t = plan_.targets[i];
+      std::vector<index_t>& mine = read_by_target_[i];
+      for (const plan_item& it : t.items) for_each_read(it, [&](index_t r, std::uint64_t) { mine.push_back(r); });
+      std::sort(mine.begin(), mine.end());
+      mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+      for (index_t r : mine) {
         auto f = sources_.find(r);
         if (f == sources_.end() || !f->second)
           report_error(op_ + ": target rank " + std::to_string(t.rank) + " reads source rank " + std::to_string(r) +
@@ -221,6 +225,7 @@ class plan_executor {
         e.first = f->second;
         ++e.second;
       }
+    }
     return u;
   }
 
@@ -454,6 +459,7 @@ class plan_executor {
 
   const checkpoint_plan& plan_;
   plan_sources sources_;
+  std::vector<std::vector<index_t>> read_by_target_;  // each target's source ranks, ascending
   execution_config exec_;
   read_mode reads_;
   std::string op_;

@@ -24,12 +24,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -279,13 +281,9 @@ inline transform_summary summary_from_json(const nlohmann::json& j) {
   }
 }
 
-/// The summary of one transform done in parts (each part a share of its target files, e.g. the
-/// processes of an MPI job): counts and bytes summed, jobs summed (target files in parallel, all
-/// parts), seconds and peak memory the largest, the chunk buffer the smallest, synced only if
-/// every part synced, the options' fields (reads, max_memory) of the first part; the outputs and
-/// written files in part order; the casts of all parts by name, each once; every distinct
-/// warning once, in order; the source filesystems each once, sorted. Previews are not merged (a dry run is one plan).
-inline transform_summary merge_summaries(std::span<const transform_summary> parts) {
+namespace detail {
+template <class Part>
+transform_summary merge_summaries(std::span<Part> parts, bool move_files) {
   transform_summary s;
   if (parts.empty()) return s;
   s.reads = parts.front().reads;
@@ -307,8 +305,16 @@ inline transform_summary merge_summaries(std::span<const transform_summary> part
     s.peak_rss_bytes = std::max(s.peak_rss_bytes, p.peak_rss_bytes);
     s.buffer_bytes = std::min(s.buffer_bytes, p.buffer_bytes);
     s.synced = s.synced && p.synced;
-    s.outputs.insert(s.outputs.end(), p.outputs.begin(), p.outputs.end());
-    s.written.insert(s.written.end(), p.written.begin(), p.written.end());
+    if constexpr (std::is_const_v<Part>) {
+      s.outputs.insert(s.outputs.end(), p.outputs.begin(), p.outputs.end());
+      s.written.insert(s.written.end(), p.written.begin(), p.written.end());
+    } else if (move_files) {
+      s.outputs.insert(s.outputs.end(), std::make_move_iterator(p.outputs.begin()), std::make_move_iterator(p.outputs.end()));
+      s.written.insert(s.written.end(), std::make_move_iterator(p.written.begin()), std::make_move_iterator(p.written.end()));
+    } else {
+      s.outputs.insert(s.outputs.end(), p.outputs.begin(), p.outputs.end());
+      s.written.insert(s.written.end(), p.written.begin(), p.written.end());
+    }
     for (const auto& c : p.casts) casts.emplace(c.name, c);
     for (const auto& w : p.warnings)
       if (std::find(s.warnings.begin(), s.warnings.end(), w) == s.warnings.end()) s.warnings.push_back(w);
@@ -322,6 +328,22 @@ inline transform_summary merge_summaries(std::span<const transform_summary> part
   for (auto& [name, c] : casts) s.casts.push_back(std::move(c));
   for (const auto& fs : filesystems) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + fs;
   return s;
+}
+}  // namespace detail
+
+/// The summary of one transform done in parts (each part a share of its target files, e.g. the
+/// processes of an MPI job): counts and bytes summed, jobs summed (target files in parallel, all
+/// parts), seconds and peak memory the largest, the chunk buffer the smallest, synced only if
+/// every part synced, the options' fields (reads, max_memory) of the first part; the outputs and
+/// written files in part order; the casts of all parts by name, each once; every distinct
+/// warning once, in order; the source filesystems each once, sorted. Previews are not merged (a dry run is one plan).
+/// merge_summaries(parts, true) moves the parts' outputs and written files out of them (the
+/// engine merges its targets' summaries so, without copying every tensor record).
+inline transform_summary merge_summaries(std::span<const transform_summary> parts) {
+  return detail::merge_summaries(parts, false);
+}
+inline transform_summary merge_summaries(std::span<transform_summary> parts, bool move_files) {
+  return detail::merge_summaries(parts, move_files);
 }
 
 /// A verify_report as JSON: {"ok", "files", "tensors", "bytes", "seconds", "mismatches":
