@@ -150,31 +150,44 @@ inline plan_target_totals totals_of(const plan_target& t) {
   return s;
 }
 
+/// What a whole plan reads and writes: sums over its targets (totals_of each).
+struct plan_totals {
+  std::map<index_t, std::uint64_t> reads;  ///< source rank -> bytes
+  std::uint64_t bytes_read = 0, bytes_written = 0, cross_bytes = 0, lower_bound_bytes = 0;
+};
+
+inline plan_totals totals_of(const checkpoint_plan& p) {
+  plan_totals s;
+  for (const auto& t : p.targets) {
+    const plan_target_totals u = totals_of(t);
+    for (const auto& [r, b] : u.reads) s.reads[r] += b, s.bytes_read += b;
+    s.bytes_written += u.bytes_written;
+    s.cross_bytes += u.cross_bytes;
+    s.lower_bound_bytes += u.lower_bound_bytes;
+  }
+  return s;
+}
+
 /// Fills the plan's totals (sources' bytes_read, bytes_read, bytes_written, cross and lower
-/// bound) from its targets' items; `path_of(rank)` names each source file read that the plan
-/// did not list yet (a listed one keeps its path, fingerprint and holds; one no longer read is
-/// dropped).
+/// bound) from its targets' items (totals_of); `path_of(rank)` names each source file read that
+/// the plan did not list yet (a listed one keeps its path, fingerprint and holds; one no longer
+/// read is dropped).
 template <class PathOf>
 void sum_plan(checkpoint_plan& p, PathOf&& path_of) {
-  std::map<index_t, plan_source> before = std::move(p.sources);  // a source read still keeps what it had
+  const plan_totals s = totals_of(p);
+  std::map<index_t, plan_source> before = std::move(p.sources);
   p.sources.clear();
-  p.bytes_read = p.bytes_written = p.cross_bytes = p.lower_bound_bytes = 0;
-  for (const auto& t : p.targets) {
-    const plan_target_totals s = totals_of(t);
-    for (const auto& [r, b] : s.reads) {
-      auto [at, fresh] = p.sources.try_emplace(r);
-      if (fresh) {
-        const auto old = before.find(r);
-        if (old != before.end()) at->second = std::move(old->second), at->second.bytes_read = 0;
-        if (at->second.path.empty()) at->second.path = path_of(r);
-      }
-      at->second.bytes_read += b;
-      p.bytes_read += b;
-    }
-    p.bytes_written += s.bytes_written;
-    p.cross_bytes += s.cross_bytes;
-    p.lower_bound_bytes += s.lower_bound_bytes;
+  for (const auto& [r, b] : s.reads) {
+    plan_source& src = p.sources[r];
+    const auto old = before.find(r);
+    if (old != before.end()) src = std::move(old->second);
+    if (src.path.empty()) src.path = path_of(r);
+    src.bytes_read = b;
   }
+  p.bytes_read = s.bytes_read;
+  p.bytes_written = s.bytes_written;
+  p.cross_bytes = s.cross_bytes;
+  p.lower_bound_bytes = s.lower_bound_bytes;
 }
 
 namespace detail {

@@ -2,17 +2,23 @@
 // the rules (dtype_rules: --dtype DTYPE | GLOB=DTYPE) and each parameter's name and source dtype
 // alone. Pure functions, no files: the engine (engine.hpp) asks decide_cast for each parameter
 // it writes, then check_cast_rules once; they are tested without checkpoints
-// (verify/io/dtype_rules.cpp).
+// (verify/io/dtype_rules.cpp). cast_decisions keeps one run's decisions (each parameter decided
+// once, the rules' hits, the casts done, the parameters kept), for the planner.
 #pragma once
 
 #include <reshard/error.hpp>
 #include <reshard/io/cast.hpp>
+#include <reshard/io/checkpoint_plan.hpp>
 #include <reshard/io/detail/glob.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
 
+#include <algorithm>
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -99,5 +105,51 @@ inline std::string kept_dtype_warning(std::size_t kept, std::string_view example
          std::string(ms_name(all)) +
          " applies to floating-point parameters only (name one with GLOB=DTYPE to cast it)";
 }
+
+/// One run's cast decisions: each parameter decided once (decide), the dtype it is written in
+/// (type_of), and, once every parameter was decided, the rules checked and the casts done
+/// (finish).
+class cast_decisions {
+ public:
+  explicit cast_decisions(dtype_rules rules) : rules_(std::move(rules)), hits_(rules_.named.size(), 0) {}
+
+  /// Decides parameter `name` (source name; written as `out_name`), of dtype `from`, read from
+  /// `where` (a prefix for messages), once; later calls for the same name do nothing.
+  void decide(std::string_view name, std::string_view out_name, dtype from, bool map_tensor, const std::string& where) {
+    if (rules_.empty() || decided_.count(name)) return;
+    decided_.emplace(name);
+    const cast_decision d = decide_cast(rules_, name, from, map_tensor, where);
+    if (d.rule != cast_decision::npos) ++hits_[d.rule];
+    if (d.kept) ++kept_, kept_example_ = kept_example_.empty() ? std::string(name) : kept_example_;
+    if (!d.to) return;
+    to_.emplace(std::string(name), *d.to);
+    records_.push_back({std::string(out_name), from, *d.to});
+  }
+  /// The dtype parameter `name` (of source dtype `from`) is written in.
+  dtype type_of(std::string_view name, dtype from) const {
+    if (to_.empty()) return from;
+    const auto c = to_.find(name);
+    return c == to_.end() ? from : c->second;
+  }
+  /// After every parameter was decided: check_cast_rules (`names()`: every parameter of the
+  /// sources), the warning for parameters kept under a plain DTYPE, and the casts sorted by name.
+  template <class Names>
+  void finish(Names&& names, const std::string& op, std::vector<std::string>& warnings) {
+    check_cast_rules(rules_, hits_, std::forward<Names>(names), op);
+    if (kept_ > 0) warnings.push_back(kept_dtype_warning(kept_, kept_example_, *rules_.all));
+    std::sort(records_.begin(), records_.end(), [](const cast_record& a, const cast_record& b) { return a.name < b.name; });
+  }
+  /// The parameters cast, by output name (after finish()).
+  const std::vector<cast_record>& records() const noexcept { return records_; }
+
+ private:
+  dtype_rules rules_;  // a copy: the job that owns this may be moved
+  std::vector<std::size_t> hits_;                   // per named glob: parameters matched
+  std::set<std::string, std::less<>> decided_;
+  std::map<std::string, dtype, std::less<>> to_;    // source name -> the dtype written (casts only)
+  std::vector<cast_record> records_;
+  std::size_t kept_ = 0;                            // not floating point: kept under rules.all
+  std::string kept_example_;
+};
 
 }  // namespace reshard::io

@@ -134,6 +134,45 @@ struct transform_options {
 
 namespace detail {
 
+// How a target's files are laid out: the format, the Hugging Face shard bound, and the
+// safetensors metadata's "format".
+struct plan_format {
+  checkpoint_format format = checkpoint_format::ckpt;
+  std::uint64_t max_shard_bytes = 0;  // hf
+  std::string safetensors_format = "ms";
+};
+
+// Target t's items in the order of its files: the walk's order (ckpt); by name (a safetensors
+// file); or in Hugging Face shards (hf_shards over the target's order, then each shard in the
+// safetensors library's data order: by dtype, the widest first, then name).
+inline void place_items(const transform_target& t, std::vector<plan_item> items, const plan_format& f, plan_target& pt) {
+  pt.rank = t.rank;
+  pt.path = t.path;
+  pt.format = f.format;
+  pt.safetensors_format = f.safetensors_format;
+  if (f.format == checkpoint_format::hf) {
+    std::vector<std::uint64_t> sizes;
+    for (const auto& it : items) sizes.push_back(it.bytes);
+    const std::vector<std::size_t> first = hf_shards(sizes, f.max_shard_bytes);
+    for (std::size_t k = 0; k < first.size(); ++k) {
+      const auto end = k + 1 < first.size() ? first[k + 1] : items.size();
+      const auto from = items.begin() + static_cast<std::ptrdiff_t>(first[k]);
+      const auto to = items.begin() + static_cast<std::ptrdiff_t>(end);
+      std::sort(from, to, [](const plan_item& a, const plan_item& b) {
+        return safetensors_before(safetensors_order::dtype, a.to, a.name, b.to, b.name);
+      });
+      for (auto i = from; i != to; ++i) i->file = k;
+      pt.files.push_back(t.path / hf_shard_name(k, first.size()));
+    }
+    if (first.size() > 1) pt.files.push_back(t.path / hf_index_name);
+  } else {
+    if (f.format == checkpoint_format::safetensors)
+      std::sort(items.begin(), items.end(), [](const plan_item& a, const plan_item& b) { return a.name < b.name; });
+    pt.files.push_back(t.path);
+  }
+  pt.items = std::move(items);
+}
+
 /// The engine behind every workflow (transform, by rank, merge, split, convert, and each
 /// process's share under MPI): makes the checkpoint plan, then writes, loads or verifies the
 /// targets by executing it. Three steps, each all or nothing:
@@ -215,7 +254,7 @@ class transform_job {
         outputs.insert(outputs.end(), t.files.begin(), t.files.end());
         if (t.format == checkpoint_format::hf) hf_dirs.push_back(t.path);
       }
-      check_manifest_path(opts_.manifest, source_inodes(), outputs, hf_dirs, opts_.force, op_);
+      check_manifest_path(opts_.manifest, source_inodes(catalogue_.files()), outputs, hf_dirs, opts_.force, op_);
       stage_manifest(*staging_, opts_.manifest, summary_.written);
     }
     staging_->sync();
@@ -279,20 +318,11 @@ class transform_job {
   transform_summary load(const tensor_allocator& allocate) {
     RESHARD_EXPECTS(phase_ == phase::created || phase_ == phase::checked, "transform_job: load() after stage()");
     if (phase_ == phase::created) check();
-    std::mutex serial;
-    const tensor_allocator locked = [&](index_t rank, std::string_view name, dtype type,
-                                        std::span<const std::int64_t> dims, std::uint64_t bytes) {
-      const std::lock_guard<std::mutex> lock(serial);
-      auto m = allocate(rank, name, type, dims, bytes);
-      if (m.size() != bytes)
-        report_error(op_ + ": parameter " + quote_name(name) + ": the allocator returned " + std::to_string(m.size()) +
-                     " bytes for a tensor of " + std::to_string(bytes));
-      return m;
-    };
+    std::mutex serial;  // the allocator is called by one job at a time
     plan_executor run(*plan_, sources(), {threads(), exec_.buffer_bytes}, reads(), op_, opts_.progress);
     std::vector<transform_summary> per(plan_->targets.size());
     reshard::parallel_for(per.size(), threads(), [&](std::size_t i) {
-      memory_sink out(locked, plan_->targets[i].rank);
+      memory_sink out(allocate, plan_->targets[i].rank, &serial, op_);
       per[i] = run.run_target(i, out);
     });
     phase_ = phase::done;
@@ -322,19 +352,8 @@ class transform_job {
     reshard::parallel_for(n, threads(), [&](std::size_t i) {
       const plan_target& t = plan_->targets[i];
       auto& found = per[i];
-      std::unique_ptr<checkpoint_reader> rd;
-      try {
-        std::error_code ec;
-        if (!std::filesystem::exists(t.path, ec)) {
-          found.push_back({t.path, {}, "missing file"});
-          return;
-        }
-        rd = std::make_unique<checkpoint_reader>(t.path);
-        rd->verify_crc();
-      } catch (const reshard::error& e) {
-        found.push_back({t.path, {}, std::string("cannot be read: ") + e.what()});
-        return;
-      }
+      const auto rd = compare_sink::open(t.path, found);
+      if (!rd) return;
       compare_sink out(*rd, found);
       const transform_summary s = run.run_target(i, out);
       tensors[i] = s.sliced + s.copied;
@@ -354,9 +373,10 @@ class transform_job {
  private:
   // The summary's fields known at the end.
   void finish(transform_summary& s) {
-    s.source_files = catalogue_.readers().size();
-    s.casts = cast_records_;
-    for (const auto& [r, rd] : catalogue_.readers()) s.source_bytes += rd->file_size();
+    std::vector<const checkpoint_reader*> read;
+    for (const auto& [r, rd] : catalogue_.readers()) read.push_back(rd.get());
+    describe_sources(s, read);
+    s.casts = casts_.records();
     s.warnings = std::move(warnings_);
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     s.peak_rss_bytes = peak_rss_bytes();
@@ -365,12 +385,7 @@ class transform_job {
     s.synced = opts_.sync;
     s.max_memory = opts_.max_memory;
     s.buffer_bytes = exec_.buffer_bytes;
-    std::set<std::string> kinds;  // one statfs per source file read
-    for (const auto& [r, rd] : catalogue_.readers()) kinds.insert(filesystem_name(rd->path()));
-    for (const auto& k : kinds) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + k;
   }
-
-  static std::string quote_name(std::string_view n) { return detail::quote_name(n); }
 
   // The source files opened, for the executor.
   plan_sources sources() const {
@@ -409,16 +424,19 @@ class transform_job {
       items.reserve(last);
       catalogue_.for_each_item(t.rank, [&](out_item& it) {
         if (!names.insert(it.name()).second)
-          report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + quote_name(it.name()) +
+          report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + detail::quote_name(it.name()) +
                        " would be written twice");
         items.push_back(plan_item_of(t, it, pl));
       });
       if (items.empty())
         report_error(op_ + ": target rank " + std::to_string(t.rank) + " would get no parameters");
       last = items.size();
-      place_items(t, std::move(items), pl.targets.emplace_back());
+      const plan_format f = hf_target()                 ? plan_format{checkpoint_format::hf, opts_.max_shard_bytes, "pt"}
+                            : safetensors_target(t)     ? plan_format{checkpoint_format::safetensors, 0, source_metadata(t)}
+                                                        : plan_format{checkpoint_format::ckpt, 0, "ms"};
+      place_items(t, std::move(items), f, pl.targets.emplace_back());
     }
-    check_casts();
+    casts_.finish([&] { return catalogue_.source_names(); }, op_, warnings_);
     catalogue_.check_opened();
     if (!previewing_) verify_crcs();
     fit_memory();
@@ -430,7 +448,7 @@ class transform_job {
     pl.jobs = threads();
     pl.buffer_bytes = exec_.buffer_bytes;
     pl.peak_memory_bound = current_rss_bytes() + pl.jobs * job().with_slack(exec_.buffer_bytes);
-    pl.casts = cast_records_;
+    pl.casts = casts_.records();
     pl.warnings = warnings_;
     pl.crc = opts_.crc;
     pl.chunk_bytes = opts_.chunk_bytes;
@@ -446,7 +464,7 @@ class transform_job {
     if (!it.p) {
       const tensor_ref& e = *it.raw;
       if ((hf_target() || safetensors_target(t)) && (e.map_tensor || e.type == dtype::str))
-        report_error(op_ + ": " + catalogue_.open(it.base).path().string() + ": parameter " + quote_name(e.name) + " is a " +
+        report_error(op_ + ": " + catalogue_.open(it.base).path().string() + ": parameter " + detail::quote_name(e.name) + " is a " +
                      (e.map_tensor ? "map tensor" : "str tensor") + ", which safetensors cannot hold (write ckpt)");
       decide_item_cast(it);
       pi.raw = true;
@@ -455,7 +473,7 @@ class transform_job {
       pi.to = out_type(it);
       pi.dims = e.dims;
       pi.scalar = e.is_scalar();
-      pi.source_bytes = item_source_bytes(t.rank, it);
+      pi.source_bytes = catalogue_.item_source_bytes(t.rank, it);
       pi.bytes = item_bytes(t.rank, it);
       pi.own_rank_bytes = it.base == t.rank ? pi.source_bytes : 0;
       const checkpoint_reader& rd = catalogue_.open(it.base);
@@ -479,7 +497,7 @@ class transform_job {
     pi.to = out_type(it);
     pi.scalar = p.scalar;
     pi.dims = p.scalar ? p.scalar_dims : pi.target.extent.to_vector();
-    pi.source_bytes = item_source_bytes(t.rank, it);
+    pi.source_bytes = catalogue_.item_source_bytes(t.rank, it);
     pi.bytes = item_bytes(t.rank, it);
     for (const parameter_catalogue::piece& pc : pieces) {
       pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem, pc.held});
@@ -496,139 +514,31 @@ class transform_job {
     return pi;
   }
 
-  // Target t's items in the order of its files: for_each_item's (ckpt); by name (a safetensors
-  // file); or in Hugging Face shards (hf_shards over the target's order, then each shard in the
-  // safetensors library's data order: by dtype, the widest first, then name).
-  void place_items(const transform_target& t, std::vector<plan_item> items, plan_target& pt) {
-    pt.rank = t.rank;
-    pt.path = t.path;
-    if (hf_target()) {
-      pt.format = checkpoint_format::hf;
-      pt.safetensors_format = "pt";
-      std::vector<std::uint64_t> sizes;
-      for (const auto& it : items) sizes.push_back(it.bytes);
-      const std::vector<std::size_t> first = hf_shards(sizes, opts_.max_shard_bytes);
-      for (std::size_t k = 0; k < first.size(); ++k) {
-        const auto end = k + 1 < first.size() ? first[k + 1] : items.size();
-        const auto from = items.begin() + static_cast<std::ptrdiff_t>(first[k]);
-        const auto to = items.begin() + static_cast<std::ptrdiff_t>(end);
-        std::sort(from, to, [](const plan_item& a, const plan_item& b) {
-          return safetensors_before(safetensors_order::dtype, a.to, a.name, b.to, b.name);
-        });
-        for (auto i = from; i != to; ++i) i->file = k;
-        pt.files.push_back(t.path / hf_shard_name(k, first.size()));
-      }
-      if (first.size() > 1) pt.files.push_back(t.path / hf_index_name);
-    } else if (safetensors_target(t)) {
-      pt.format = checkpoint_format::safetensors;
-      // Hugging Face's metadata when the source is a Hugging Face checkpoint (transformers refuses
-      // other values), MindSpore's otherwise
-      pt.safetensors_format = catalogue_.open(t.rank % catalogue_.source_ranks()).format() == checkpoint_format::hf ? "pt" : "ms";
-      std::sort(items.begin(), items.end(), [](const plan_item& a, const plan_item& b) { return a.name < b.name; });
-      pt.files.push_back(t.path);
-    } else {
-      pt.format = checkpoint_format::ckpt;
-      pt.files.push_back(t.path);
-    }
-    pt.items = std::move(items);
-  }
-
-  // -- outputs
-  // No output may be a source file, and none may exist unless `force`: one stat per source file
-  // and one per output (O(M + N) calls), the sources compared by device and inode.
-  // Each source file's device and inode, and its rank.
-  std::map<std::pair<dev_t, ino_t>, index_t> source_inodes() const {
-    std::map<std::pair<dev_t, ino_t>, index_t> sources;
-    for (const auto& [r, f] : catalogue_.files()) {
-      struct ::stat st {};
-      if (::stat(f.c_str(), &st) == 0) sources.emplace(std::pair{st.st_dev, st.st_ino}, r);
-    }
-    return sources;
-  }
-
+  // -- outputs: none is a source, none exists unless `force` (check_output_paths, execute.hpp)
   void check_outputs() {
-    const auto sources = source_inodes();
+    const auto sources = source_inodes(catalogue_.files());
+    std::vector<output_path> outputs;
+    for (const auto& t : targets_) outputs.push_back({t.path, hf_target()});
     if (!opts_.manifest.empty()) {  // again in stage(), against the files of Hugging Face targets too
-      std::vector<std::filesystem::path> outputs, hf_dirs;
-      for (const auto& t : targets_) (hf_target() ? hf_dirs : outputs).push_back(t.path);
-      check_manifest_path(opts_.manifest, sources, outputs, hf_dirs, opts_.force, op_);
+      std::vector<std::filesystem::path> files, hf_dirs;
+      for (const auto& t : targets_) (hf_target() ? hf_dirs : files).push_back(t.path);
+      check_manifest_path(opts_.manifest, sources, files, hf_dirs, opts_.force, op_);
     }
-    for (const auto& t : targets_) {
-      struct ::stat st {};
-      if (hf_target()) {  // a directory, which may exist (with config files): not a source, nor holding a checkpoint
-        if (::stat(t.path.c_str(), &st) == 0) {
-          const auto hit = sources.find({st.st_dev, st.st_ino});
-          if (hit != sources.end())
-            report_error(op_ + ": output directory " + t.path.string() + " is the source of rank " +
-                         std::to_string(hit->second) + " (inputs are never modified)");
-          for (const std::string_view name : {hf_index_name, hf_single_name})
-            if (!opts_.force && ::lstat((t.path / name).c_str(), &st) == 0)
-              report_error(op_ + ": " + (t.path / name).string() + " exists (pass force / --force to replace it)");
-          if (::stat(t.path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
-            report_error(op_ + ": " + t.path.string() + " is not a directory (a Hugging Face checkpoint is one)");
-        }
-        continue;
-      }
-      if (::lstat(t.path.c_str(), &st) != 0) continue;  // absent: the usual case
-      struct ::stat target {};
-      if (::stat(t.path.c_str(), &target) == 0) {
-        const auto hit = sources.find({target.st_dev, target.st_ino});
-        if (hit != sources.end())
-          report_error(op_ + ": output " + t.path.string() + " is the source file of rank " +
-                       std::to_string(hit->second) + " (inputs are never modified)");
-      }
-      if (!opts_.force) report_error(op_ + ": " + t.path.string() + " exists (pass force / --force to replace it)");
-    }
+    check_output_paths(outputs, sources, opts_.force, op_);
   }
 
-  // -- dtype_rules (dtype_rules.hpp)
-  // Decides the dtype item `it` is written in (once per parameter), and checks it.
+  // -- dtype_rules (dtype_rules.hpp): the dtype item `it` is written in, decided once per parameter
   void decide_item_cast(const out_item& it) {
-    const dtype_rules& r = opts_.casts;
-    if (r.empty()) return;
-    const std::string_view name = it.source_name();
-    if (cast_decided_.count(name)) return;
-    cast_decided_.emplace(name);
-    named_hits_.resize(r.named.size());
+    if (opts_.casts.empty()) return;
     const dtype from = it.p ? it.p->type : it.raw->type;
-    // where its dtype was read
-    const std::string file = it.p ? it.p->type_file : catalogue_.open(it.base).path().string();
-    const cast_decision d =
-        io::decide_cast(r, name, from, !it.p && it.raw->map_tensor, op_ + ": " + file);
-    if (d.rule != cast_decision::npos) ++named_hits_[d.rule];
-    if (d.kept)
-      ++kept_dtypes_, kept_example_ = kept_example_.empty() ? std::string(name) : kept_example_;
-    if (!d.to) return;
-    cast_to_.emplace(std::string(name), *d.to);
-    cast_records_.push_back({std::string(it.name()), from, *d.to});
+    const std::string file = it.p ? it.p->type_file : catalogue_.open(it.base).path().string();  // where read
+    casts_.decide(it.source_name(), it.name(), from, !it.p && it.raw->map_tensor, op_ + ": " + file);
   }
-  // After every item was decided: each named glob matches a parameter of the sources (one that
-  // this job writes, or one of the source strategy or the targets' base files that it does not,
-  // such as a parameter of another pipeline stage).
-  void check_casts() {
-    const dtype_rules& r = opts_.casts;
-    check_cast_rules(r, named_hits_, [&] { return catalogue_.source_names(); }, op_);
-    if (kept_dtypes_ > 0)
-      warnings_.push_back(kept_dtype_warning(kept_dtypes_, kept_example_, *r.all));
-    std::sort(cast_records_.begin(), cast_records_.end(),
-              [](const cast_record& a, const cast_record& b) { return a.name < b.name; });
-  }
-  // The dtype item `it` is written in.
-  dtype out_type(const out_item& it) const {
-    const dtype from = it.p ? it.p->type : it.raw->type;
-    if (cast_to_.empty()) return from;
-    const auto c = cast_to_.find(it.source_name());
-    return c == cast_to_.end() ? from : c->second;
-  }
+  dtype out_type(const out_item& it) const { return casts_.type_of(it.source_name(), it.p ? it.p->type : it.raw->type); }
 
-  // The bytes item `it` of target t reads (in its source dtype) and writes (in its output dtype).
-  std::uint64_t item_source_bytes(index_t t, const out_item& it) const {
-    if (!it.p) return it.raw->content_size();
-    if (it.p->scalar) return element_size(it.p->type);
-    return static_cast<std::uint64_t>(volume(catalogue_.target_box(it, t))) * element_size(it.p->type);
-  }
+  // The bytes item `it` of target t writes (in its output dtype).
   std::uint64_t item_bytes(index_t t, const out_item& it) const {
-    const std::uint64_t n = item_source_bytes(t, it);
+    const std::uint64_t n = catalogue_.item_source_bytes(t, it);
     const dtype from = it.p ? it.p->type : it.raw->type, to = out_type(it);
     return from == to ? n : n / element_size(from) * element_size(to);
   }
@@ -637,20 +547,19 @@ class transform_job {
     if (!opts_.verify_crc) return;
     std::vector<const checkpoint_reader*> list;
     for (const auto& [r, rd] : catalogue_.readers()) list.push_back(rd.get());
-    // windows of 8 MiB; under max_memory, a quarter of the budget shared by the threads
-    std::size_t window = std::size_t{8} << 20;
-    if (opts_.max_memory != 0)
-      window = static_cast<std::size_t>(std::clamp<std::uint64_t>(opts_.max_memory / (4 * threads()), 64 << 10, window));
-    reshard::parallel_for(list.size(), threads(), [&](std::size_t i) { list[i]->verify_crc(window); });
+    verify_source_crcs(list, threads(), opts_.max_memory);
   }
 
-  // The jobs asked for, or (0) one per core and at most one per target file.
-  unsigned threads() const {
-    if (exec_.jobs != 0) return exec_.jobs;
-    return static_cast<unsigned>(std::clamp<std::size_t>(targets_.size(), 1, reshard::thread_count(0)));
-  }
+  // The jobs asked for (or fitted to max_memory), or (0) one per core and at most one per target file.
+  unsigned threads() const { return default_jobs(exec_.jobs, targets_.size()); }
 
   read_mode reads() const noexcept { return opts_.reads == read_mode::mmap ? read_mode::mmap : read_mode::pread; }
+
+  // The safetensors metadata's "format" for target t: Hugging Face's when its source is a Hugging
+  // Face checkpoint (transformers refuses other values), MindSpore's otherwise.
+  std::string source_metadata(const transform_target& t) {
+    return catalogue_.open(t.rank % catalogue_.source_ranks()).format() == checkpoint_format::hf ? "pt" : "ms";
+  }
 
   // The targets are Hugging Face checkpoint directories.
   bool hf_target() const noexcept { return opts_.format == checkpoint_format::hf; }
@@ -671,12 +580,7 @@ class transform_job {
   transform_summary summary_;                 // stage()'s, completed by commit()
   std::vector<std::string> warnings_;
   bool previewing_ = false;  // preview(): no CRC verification
-  std::map<std::string, dtype, std::less<>> cast_to_;        // source name -> the dtype written (casts only)
-  std::set<std::string, std::less<>> cast_decided_;          // the parameters decide_item_cast() saw
-  std::vector<std::size_t> named_hits_;                      // per dtype_rules::named glob: parameters matched
-  std::vector<cast_record> cast_records_;
-  std::size_t kept_dtypes_ = 0;                              // not floating point: kept under dtype_rules::all
-  std::string kept_example_;
+  cast_decisions casts_{opts_.casts};  // which parameters are cast (dtype_rules.hpp)
 };
 
 // The checkpoint file of `rank_dir`: the last *.ckpt or *.safetensors file in name order

@@ -79,6 +79,85 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   return merge_summaries(std::span<transform_summary>(per), true);
 }
 
+/// Each source file's device and inode, and its rank (one stat a file): what check_output_paths
+/// and check_manifest_path compare the outputs with.
+inline std::map<std::pair<dev_t, ino_t>, index_t> source_inodes(const std::map<index_t, std::filesystem::path>& files) {
+  std::map<std::pair<dev_t, ino_t>, index_t> out;
+  for (const auto& [r, f] : files) {
+    struct ::stat st {};
+    if (::stat(f.c_str(), &st) == 0) out.emplace(std::pair{st.st_dev, st.st_ino}, r);
+  }
+  return out;
+}
+
+/// One path a run writes: a file, or (hf) a Hugging Face checkpoint directory.
+struct output_path {
+  std::filesystem::path path;
+  bool hf = false;
+};
+
+/// No output may be a source (compared by device and inode), and none may exist unless `force`;
+/// a Hugging Face directory may exist (with config files) but not hold a checkpoint unless
+/// `force`, nor be a file. One stat or two per output. Errors follow `op`.
+inline void check_output_paths(const std::vector<output_path>& outputs,
+                               const std::map<std::pair<dev_t, ino_t>, index_t>& sources, bool force,
+                               const std::string& op) {
+  for (const auto& o : outputs) {
+    struct ::stat st {};
+    if (o.hf) {
+      if (::stat(o.path.c_str(), &st) != 0) continue;
+      const auto hit = sources.find({st.st_dev, st.st_ino});
+      if (hit != sources.end())
+        report_error(op + ": output directory " + o.path.string() + " is the source of rank " +
+                     std::to_string(hit->second) + " (inputs are never modified)");
+      if (!S_ISDIR(st.st_mode))
+        report_error(op + ": " + o.path.string() + " is not a directory (a Hugging Face checkpoint is one)");
+      for (const std::string_view name : {hf_index_name, hf_single_name})
+        if (!force && ::lstat((o.path / name).c_str(), &st) == 0)
+          report_error(op + ": " + (o.path / name).string() + " exists (pass force / --force to replace it)");
+      continue;
+    }
+    if (::lstat(o.path.c_str(), &st) != 0) continue;  // absent: the usual case
+    if (::stat(o.path.c_str(), &st) == 0) {
+      const auto hit = sources.find({st.st_dev, st.st_ino});
+      if (hit != sources.end())
+        report_error(op + ": output " + o.path.string() + " is the source file of rank " +
+                     std::to_string(hit->second) + " (inputs are never modified)");
+    }
+    if (!force) report_error(op + ": " + o.path.string() + " exists (pass force / --force to replace it)");
+  }
+}
+
+/// Checks the crc_num trailers of `sources` on `jobs` threads, streaming each file in windows of
+/// 8 MiB, or under a memory budget (`max_memory`, 0: none) a quarter of it shared by the threads.
+inline void verify_source_crcs(const std::vector<const checkpoint_reader*>& sources, unsigned jobs,
+                               std::uint64_t max_memory = 0) {
+  std::size_t window = std::size_t{8} << 20;
+  if (max_memory != 0)
+    window = static_cast<std::size_t>(std::clamp<std::uint64_t>(max_memory / (4 * std::max(jobs, 1u)), 64 << 10, window));
+  reshard::parallel_for(sources.size(), std::max(jobs, 1u), [&](std::size_t i) { sources[i]->verify_crc(window); });
+}
+
+/// The summary's fields about the source files read: their count, total size and filesystems
+/// (one statfs each, filesystem_name; distinct names, comma-separated).
+inline void describe_sources(transform_summary& s, const std::vector<const checkpoint_reader*>& read) {
+  s.source_files = read.size();
+  s.source_bytes = 0;
+  std::set<std::string> kinds;
+  for (const checkpoint_reader* rd : read) {
+    s.source_bytes += rd->file_size();
+    kinds.insert(filesystem_name(rd->path()));
+  }
+  s.source_filesystem.clear();
+  for (const auto& k : kinds) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + k;
+}
+
+/// The target files written at once when `asked` is 0: one per core, at most one per target.
+inline unsigned default_jobs(unsigned asked, std::size_t targets) {
+  if (asked != 0) return asked;
+  return static_cast<unsigned>(std::clamp<std::size_t>(targets, 1, reshard::thread_count(0)));
+}
+
 /// Checks the path a manifest of a run will be written to: not a source file (`sources`: each
 /// source's device and inode, and its rank), not a file the run writes (`outputs`) nor one of
 /// its Hugging Face directories (`hf_dirs`), not a directory, and (without force) not an existing
@@ -152,43 +231,33 @@ inline transform_summary execute_plan(const checkpoint_plan& plan, const execute
   check_checkpoint_plan(plan, op);
   std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
   plan_sources sources;
-  std::map<std::pair<dev_t, ino_t>, index_t> inodes;
+  std::map<index_t, std::filesystem::path> files;
   for (const auto& [r, s] : plan.sources) {
     auto rd = std::make_unique<checkpoint_reader>(s.path);
-    if (rd->file_size() != s.size || detail::mtime_ns(s.path) != s.mtime_ns)
+    const std::int64_t mtime = detail::mtime_ns(s.path);
+    if (rd->file_size() != s.size || mtime != s.mtime_ns)
       report_error(op + ": " + s.path.string() + " (source rank " + std::to_string(r) +
                    ") changed since the plan was made: " + std::to_string(rd->file_size()) + " bytes, the plan saw " +
-                   std::to_string(s.size) + (detail::mtime_ns(s.path) != s.mtime_ns ? ", and a new modification time" : "") +
+                   std::to_string(s.size) + (mtime != s.mtime_ns ? ", and a new modification time" : "") +
                    " (make the plan again)");
-    struct ::stat st {};
-    if (::stat(s.path.c_str(), &st) == 0) inodes.emplace(std::pair{st.st_dev, st.st_ino}, r);
+    files.emplace(r, s.path);
     sources.emplace(r, rd.get());
     readers.emplace(r, std::move(rd));
   }
-  if (!o.manifest.empty()) {
-    std::vector<std::filesystem::path> outputs, hf_dirs;
-    for (const auto& t : plan.targets) {
-      outputs.insert(outputs.end(), t.files.begin(), t.files.end());
-      if (t.format == checkpoint_format::hf) hf_dirs.push_back(t.path);
-    }
-    check_manifest_path(o.manifest, inodes, outputs, hf_dirs, o.force, op);
+  const auto inodes = source_inodes(files);
+  std::vector<output_path> outputs;
+  std::vector<std::filesystem::path> output_files, hf_dirs;
+  for (const auto& t : plan.targets) {
+    for (const auto& f : t.files) outputs.push_back({f, false}), output_files.push_back(f);
+    if (t.format == checkpoint_format::hf) hf_dirs.push_back(t.path);
   }
-  for (const auto& t : plan.targets)
-    for (const auto& f : t.files) {
-      struct ::stat st {};
-      if (::stat(f.c_str(), &st) != 0) continue;
-      const auto hit = inodes.find({st.st_dev, st.st_ino});
-      if (hit != inodes.end())
-        report_error(op + ": output " + f.string() + " is the source file of rank " + std::to_string(hit->second) +
-                     " (inputs are never modified)");
-    }
-  const unsigned jobs = o.jobs != 0 ? o.jobs
-                                    : static_cast<unsigned>(std::clamp<std::size_t>(plan.targets.size(), 1,
-                                                                                    reshard::thread_count(0)));
+  if (!o.manifest.empty()) check_manifest_path(o.manifest, inodes, output_files, hf_dirs, o.force, op);
+  check_output_paths(outputs, inodes, true, op);  // existing outputs: staged_outputs::add, without force
+  const unsigned jobs = default_jobs(o.jobs, plan.targets.size());
   if (o.verify_crc) {
     std::vector<const checkpoint_reader*> list;
     for (const auto& [r, rd] : readers) list.push_back(rd.get());
-    reshard::parallel_for(list.size(), jobs, [&](std::size_t i) { list[i]->verify_crc(); });
+    verify_source_crcs(list, jobs);
   }
   staged_outputs out(op, o.force, o.sync);
   const plan_write_config c{{jobs, o.buffer_bytes},
@@ -201,13 +270,9 @@ inline transform_summary execute_plan(const checkpoint_plan& plan, const execute
   out.sync();
   s.outputs = out.commit();
   if (!o.manifest.empty()) s.outputs.pop_back();  // the manifest: outputs are the plan's files
-  s.source_files = readers.size();
-  std::set<std::string> kinds;
-  for (const auto& [r, rd] : readers) {
-    s.source_bytes += rd->file_size();
-    kinds.insert(filesystem_name(rd->path()));
-  }
-  for (const auto& k : kinds) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + k;
+  std::vector<const checkpoint_reader*> read;
+  for (const auto& [r, rd] : readers) read.push_back(rd.get());
+  describe_sources(s, read);
   s.casts = plan.casts;
   s.warnings = plan.warnings;
   s.jobs = jobs;

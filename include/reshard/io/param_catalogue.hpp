@@ -404,6 +404,13 @@ class parameter_catalogue {
                           : "the full shape " + to_string(want) + " found in " + p.type_file));
   }
 
+  // The bytes item `it` of target t reads, in its source dtype.
+  std::uint64_t item_source_bytes(index_t t, const out_item& it) const {
+    if (!it.p) return it.raw->content_size();
+    if (it.p->scalar) return element_size(it.p->type);
+    return static_cast<std::uint64_t>(volume(target_box(it, t))) * element_size(it.p->type);
+  }
+
   box target_box(const out_item& it, index_t t) const {
     const index_list& shape = it.p->shape;
     if (!it.dst) return box{index_list(shape.size(), 0), shape};

@@ -331,18 +331,17 @@ inline std::vector<std::string> checkpoint_plan_problems(const checkpoint_plan& 
             " elements of the box " + to_string(tb));
     }
   }
-  checkpoint_plan sums = p;
-  sum_plan(sums, [&](index_t r) { return p.sources.count(r) ? p.sources.at(r).path : std::filesystem::path(); });
+  const plan_totals sums = totals_of(p);  // the items' sums, without copying the plan
   if (sums.bytes_read != p.bytes_read || sums.bytes_written != p.bytes_written || sums.cross_bytes != p.cross_bytes ||
       sums.lower_bound_bytes != p.lower_bound_bytes)
     add("the totals are not the sums of the items (bytes_read " + std::to_string(p.bytes_read) + ", the items " +
         std::to_string(sums.bytes_read) + "; bytes_written " + std::to_string(p.bytes_written) + ", the items " +
         std::to_string(sums.bytes_written) + ")");
   for (const auto& [r, s] : p.sources) {
-    const auto it = sums.sources.find(r);
-    if ((it == sums.sources.end() ? 0 : it->second.bytes_read) != s.bytes_read)
+    const auto it = sums.reads.find(r);
+    if ((it == sums.reads.end() ? 0 : it->second) != s.bytes_read)
       add("source rank " + std::to_string(r) + ": bytes_read " + std::to_string(s.bytes_read) + ", the items read " +
-          std::to_string(it == sums.sources.end() ? 0 : it->second.bytes_read));
+          std::to_string(it == sums.reads.end() ? 0 : it->second));
   }
   return out;
 }

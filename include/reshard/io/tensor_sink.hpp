@@ -29,6 +29,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -183,12 +185,22 @@ class target_file_sink final : public tensor_sink {
 // ---------------------------------------------------------------------------------------------
 // memory
 
-/// Puts each tensor of target `rank` into the memory `allocate` gives, assembled in place.
+/// Puts each tensor of target `rank` into the memory `allocate` gives, assembled in place. With
+/// `serial`, the calls of `allocate` (from the sinks of several jobs) hold it. Memory of another
+/// size than the tensor's is an error after `op`.
 class memory_sink final : public tensor_sink {
  public:
-  memory_sink(const tensor_allocator& allocate, index_t rank) : allocate_(allocate), rank_(rank) {}
+  memory_sink(const tensor_allocator& allocate, index_t rank, std::mutex* serial = nullptr, std::string op = "load")
+      : allocate_(allocate), rank_(rank), serial_(serial), op_(std::move(op)) {}
   void begin(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) override {
-    tensor_ = allocate_(rank_, name, type, dims, bytes);
+    {
+      std::unique_lock<std::mutex> lock;
+      if (serial_) lock = std::unique_lock<std::mutex>(*serial_);
+      tensor_ = allocate_(rank_, name, type, dims, bytes);
+    }
+    if (tensor_.size() != bytes)
+      report_error(op_ + ": parameter " + detail::quote_name(name) + ": the allocator returned " +
+                   std::to_string(tensor_.size()) + " bytes for a tensor of " + std::to_string(bytes));
     filled_ = 0;
   }
   std::byte* direct(std::size_t n) override {
@@ -205,6 +217,8 @@ class memory_sink final : public tensor_sink {
  private:
   const tensor_allocator& allocate_;
   index_t rank_;
+  std::mutex* serial_;
+  std::string op_;
   std::span<std::byte> tensor_;
   std::size_t filled_ = 0;
 };
@@ -261,6 +275,24 @@ class compare_sink final : public tensor_sink {
   }
 
   std::uint64_t bytes_compared() const noexcept { return bytes_; }
+
+  /// The file `path` opened and its crc_num trailer checked, to be compared; or null, with why
+  /// not in `found` (a missing or unreadable file).
+  static std::unique_ptr<checkpoint_reader> open(const std::filesystem::path& path, std::vector<verify_mismatch>& found) {
+    try {
+      std::error_code ec;
+      if (!std::filesystem::exists(path, ec)) {
+        found.push_back({path, {}, "missing file"});
+        return nullptr;
+      }
+      auto rd = std::make_unique<checkpoint_reader>(path);
+      rd->verify_crc();
+      return rd;
+    } catch (const reshard::error& e) {
+      found.push_back({path, {}, std::string("cannot be read: ") + e.what()});
+      return nullptr;
+    }
+  }
 
  private:
   void differ(std::string what) {
