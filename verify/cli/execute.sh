@@ -89,9 +89,10 @@ for t in p["targets"]:
         elif what == "sender":
             # a source rank whose file does not hold the transfer's box
             name = i["source_name"]
+            held = next(s["holds"][name] for s in p["sources"] if s["rank"] == xs[0]["rank"])
             for s in p["sources"]:
                 h = s["holds"].get(name)
-                if h is None or h != xs[0]["held"]:
+                if h is None or h != held:
                     xs[0]["rank"] = s["rank"]
                     break
             else:

@@ -281,6 +281,14 @@ std::vector<std::byte> expected(const scenario& s, const param& p, index_t t) {
   return dst[static_cast<std::size_t>(t - b.first_rank)];
 }
 
+// Writes scenario s's sources and strategies under dir and dry-runs their transform to dir/out:
+// the summary holds the plan (and the preview), nothing is written.
+transform_summary dry_run_of(const reshard_test::temp_dir& dir, const scenario& s) {
+  write(dir.path(), s);
+  return transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
+                               {.sync = false, .dry_run = true});
+}
+
 // Does target t get parameter p (its stage lists it, or the target strategy does not)?
 bool gets(const scenario& s, const param& p, index_t t) {
   return !p.dst || t / s.dst.stage_ranks() == p.dst->first;
@@ -481,9 +489,7 @@ RC_GTEST_PROP(engine_plans, casts_are_cast_elements_of_the_plain_outputs, ()) {
 RC_GTEST_PROP(engine_plans, the_dry_run_and_the_run_are_the_plan, ()) {
   const scenario s = gen_scenario();
   reshard_test::temp_dir dir;
-  write(dir.path(), s);
-  const transform_summary dry = transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt",
-                                                      dir / "dst_strategy.ckpt", {.sync = false, .dry_run = true});
+  const transform_summary dry = dry_run_of(dir, s);
   RC_ASSERT(dry.preview.has_value());
   RC_ASSERT(dry.plan.has_value());
   RC_ASSERT(!fs::exists(dir / "out"));
@@ -640,15 +646,48 @@ RC_GTEST_PROP(engine_plans, a_plan_read_back_and_executed_in_parts_writes_the_ru
   RC_ASSERT(tree(dir / "parts") == tree(dir / "whole"));
 }
 
+// Plans written before the source table held the senders' boxes repeated each sender's box per
+// transfer ("held"): such a plan reads back as the same plan when every "held" is the table's,
+// and is refused, naming the transfer's "held", when one is not.
+RC_GTEST_PROP(engine_plans, a_held_box_per_transfer_must_be_the_tables, ()) {
+  const scenario s = gen_scenario();
+  reshard_test::temp_dir dir;
+  const transform_summary dry = dry_run_of(dir, s);
+  const checkpoint_plan& pl = *dry.plan;
+  nlohmann::json j = to_json(pl);
+  nlohmann::json* movable = nullptr;  // a transfer whose held box has a dim
+  for (auto& t : j["targets"])
+    for (auto& i : t["items"]) {
+      if (!i.contains("slice")) continue;
+      for (auto& x : i["slice"]["transfers"]) {
+        RC_ASSERT(!x.contains("held"));  // the table holds them
+        const box* h = held_box(pl, x["rank"].get<index_t>(), i["source_name"].get<std::string>());
+        RC_ASSERT(h != nullptr);
+        x["held"] = {{"offset", h->offset.to_vector()}, {"extent", h->extent.to_vector()}};
+        if (!h->offset.empty() && !movable) movable = &x;
+      }
+    }
+  RC_ASSERT(plan_from_json(j, "old.json") == pl);
+  RC_PRE(movable != nullptr);
+  (*movable)["held"]["offset"][0] = (*movable)["held"]["offset"][0].get<index_t>() + 1;
+  std::string why;
+  try {
+    plan_from_json(j, "old.json");
+  } catch (const reshard::error& e) {
+    why = e.what();
+  }
+  RC_ASSERT(why.find("old.json") != std::string::npos);
+  RC_ASSERT(why.find(".held") != std::string::npos);
+  RC_ASSERT(why.find("the source table says") != std::string::npos);
+}
+
 // check_checkpoint_plan refuses a plan that was tampered with (law K8): a transfer dropped, a
 // transfer's box shifted, or a transfer moved to a sender that does not hold its box; the plan
 // as it was made has no problem.
 RC_GTEST_PROP(engine_plans, a_tampered_plan_is_refused, ()) {
   const scenario s = gen_scenario();
   reshard_test::temp_dir dir;
-  write(dir.path(), s);
-  const transform_summary dry = transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt",
-                                                      dir / "dst_strategy.ckpt", {.sync = false, .dry_run = true});
+  const transform_summary dry = dry_run_of(dir, s);
   checkpoint_plan pl = *dry.plan;
   RC_ASSERT(checkpoint_plan_problems(pl).empty());
   std::vector<std::pair<std::size_t, std::size_t>> sliced;  // (target, item) with transfers
@@ -669,9 +708,8 @@ RC_GTEST_PROP(engine_plans, a_tampered_plan_is_refused, ()) {
   } else {  // sent by a source rank whose box does not hold it
     std::vector<index_t> others;
     for (const auto& [r, src] : pl.sources) {
-      const auto h = src.holds.find(it.source_name);
-      if (h == src.holds.end() || reshard::intersect(it.transfers[x].where, h->second) != it.transfers[x].where)
-        others.push_back(r);
+      const box* h = held_box(pl, r, it.source_name);
+      if (!h || reshard::intersect(it.transfers[x].where, *h) != it.transfers[x].where) others.push_back(r);
     }
     RC_PRE(!others.empty());
     it.transfers[x].rank = *rc::gen::elementOf(others);
@@ -692,9 +730,7 @@ RC_GTEST_PROP(engine_plans, a_tampered_plan_is_refused, ()) {
 RC_GTEST_PROP(engine_plans, the_executor_reads_the_plans_bytes_from_each_file, ()) {
   const scenario s = gen_scenario();
   reshard_test::temp_dir dir;
-  write(dir.path(), s);
-  const transform_summary dry = transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt",
-                                                      dir / "dst_strategy.ckpt", {.sync = false, .dry_run = true});
+  const transform_summary dry = dry_run_of(dir, s);
   const checkpoint_plan& pl = *dry.plan;
   std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
   plan_sources sources;

@@ -41,6 +41,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace reshard::io {
@@ -176,8 +177,12 @@ class checkpoint_reader {
       st_bytes_ = data_section_st();
     }
     for (std::size_t i = 0; i < entries_.size(); ++i) by_name_.emplace(entries_[i].name, i);
-    std::error_code ec;
-    file_size_ = hf_ ? hf_->file_size() : std::filesystem::file_size(path_ref(), ec);
+    struct ::stat st {};  // one stat: the size and the modification time the plan records
+    if (::stat(path_ref().c_str(), &st) == 0) {
+      file_size_ = static_cast<std::uint64_t>(st.st_size);
+      mtime_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+    }
+    if (hf_) file_size_ = hf_->file_size();
     release_all();  // indexing touched the headers only; start from nothing resident
   }
 
@@ -185,6 +190,9 @@ class checkpoint_reader {
   checkpoint_format format() const noexcept { return format_; }
   /// The file's size in bytes (hf: the shards' total).
   std::uint64_t file_size() const noexcept { return file_size_; }
+  /// The modification time of the file (hf: of its directory) in nanoseconds when it was opened
+  /// (0 if it could not be read).
+  std::int64_t mtime_ns() const noexcept { return mtime_ns_; }
   std::span<const tensor_ref> entries() const noexcept { return entries_; }
   /// The mapped bytes: the whole file (ckpt), the data section (safetensors), the range of all
   /// the shards (hf).
@@ -192,7 +200,7 @@ class checkpoint_reader {
   bool has_crc() const noexcept { return ckpt_ && ckpt_->has_crc(); }
 
   const tensor_ref* find(std::string_view name) const {
-    auto it = by_name_.find(std::string(name));
+    auto it = by_name_.find(name);
     return it == by_name_.end() ? nullptr : &entries_[it->second];
   }
 
@@ -271,8 +279,13 @@ class checkpoint_reader {
   std::optional<safetensors_file> st_;
   std::unique_ptr<hf_checkpoint> hf_;
   std::vector<tensor_ref> entries_;
-  std::unordered_map<std::string, std::size_t> by_name_;
+  struct name_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::size_t, name_hash, std::equal_to<>> by_name_;
   std::uint64_t file_size_ = 0;
+  std::int64_t mtime_ns_ = 0;
   std::span<const std::byte> st_bytes_;  // safetensors: data_section_st()
   mutable int fd_ = -1;                  // for pread_into, opened on first use
   std::unique_ptr<std::mutex> fd_mutex_ = std::make_unique<std::mutex>();

@@ -43,12 +43,13 @@ struct cast_record {
   friend bool operator==(const cast_record&, const cast_record&) = default;
 };
 
-/// One transfer of a sliced item: the box of the full tensor that source rank `rank` sends.
+/// One transfer of a sliced item: the box of the full tensor that source rank `rank` sends. The
+/// box that rank's file holds of the parameter (which `where` is inside) is in the plan's source
+/// table, once per file and parameter (checkpoint_plan::holds, held_box).
 struct plan_transfer {
   index_t rank = 0;
   box where;
   std::uint64_t bytes = 0;  ///< in the source dtype
-  box held;                 ///< the box of the full tensor that rank's file holds (where is inside it)
   friend bool operator==(const plan_transfer&, const plan_transfer&) = default;
 };
 
@@ -100,9 +101,6 @@ struct plan_source {
   /// since is refused (execute_plan).
   std::uint64_t size = 0;
   std::int64_t mtime_ns = 0;
-  /// Of the parameters the plan slices from this file, the box of the full tensor each is (what
-  /// the source strategy gives the rank): a transfer's sender must hold its box.
-  std::map<std::string, box, std::less<>> holds;
   friend bool operator==(const plan_source&, const plan_source&) = default;
 };
 
@@ -117,10 +115,23 @@ struct checkpoint_plan {
   std::uint64_t peak_memory_bound = 0;  ///< what the process held when planning + the jobs' buffers at most
   std::vector<cast_record> casts;  ///< the parameters cast, by output name
   std::vector<std::string> warnings;
+  /// Of each parameter the plan slices: source rank -> the box of the full tensor that rank's file
+  /// holds (what the source strategy gives the rank). A transfer's sender must hold its box.
+  /// (Its JSON lists them per source file, as each source's "holds".)
+  std::map<std::string, std::map<index_t, box>, std::less<>> holds;
   bool crc = false;                              ///< ckpt targets: the crc_num trailer
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;  ///< ckpt targets: the piece size of tensors
   friend bool operator==(const checkpoint_plan&, const checkpoint_plan&) = default;
 };
+
+/// The box of the full tensor that source rank `rank`'s file holds of parameter `source_name`, as
+/// the plan's table says (checkpoint_plan::holds), or null if the table does not say.
+inline const box* held_box(const checkpoint_plan& p, index_t rank, std::string_view source_name) {
+  const auto by_rank = p.holds.find(source_name);
+  if (by_rank == p.holds.end()) return nullptr;
+  const auto h = by_rank->second.find(rank);
+  return h == by_rank->second.end() ? nullptr : &h->second;
+}
 
 /// Calls f(source rank, bytes) for each read of item `it`, in order.
 template <class F>
@@ -170,7 +181,7 @@ inline plan_totals totals_of(const checkpoint_plan& p) {
 
 /// Fills the plan's totals (sources' bytes_read, bytes_read, bytes_written, cross and lower
 /// bound) from its targets' items (totals_of); `path_of(rank)` names each source file read that
-/// the plan did not list yet (a listed one keeps its path, fingerprint and holds; one no longer
+/// the plan did not list yet (a listed one keeps its path and fingerprint; one no longer
 /// read is dropped).
 template <class PathOf>
 void sum_plan(checkpoint_plan& p, PathOf&& path_of) {
@@ -212,11 +223,7 @@ void put_totals(nlohmann::json& j, const Totals& p) {
 inline nlohmann::json box_json(const box& b) {
   return {{"offset", b.offset.to_vector()}, {"extent", b.extent.to_vector()}};
 }
-inline nlohmann::json holds_json(const std::map<std::string, box, std::less<>>& holds) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [name, b] : holds) j[name] = box_json(b);
-  return j;
-}
+
 }  // namespace detail
 
 /// The plan as JSON, version 2 (docs/formats.md, "Checkpoint plan"): {"checkpoint_plan_version":
@@ -227,13 +234,22 @@ inline nlohmann::json to_json(const checkpoint_plan& p) {
   nlohmann::json j;
   j["checkpoint_plan_version"] = checkpoint_plan::version;
   j["sources"] = nlohmann::json::array();
-  for (const auto& [r, s] : p.sources)
+  std::map<index_t, nlohmann::json> holds;  // per source rank: parameter -> box
+  for (const auto& [name, by_rank] : p.holds)
+    for (const auto& [r, b] : by_rank) {
+      nlohmann::json& h = holds[r];
+      if (h.is_null()) h = nlohmann::json::object();
+      h[name] = detail::box_json(b);
+    }
+  for (const auto& [r, s] : p.sources) {
+    auto h = holds.find(r);
     j["sources"].push_back({{"rank", r},
                             {"file", s.path.string()},
                             {"bytes_read", s.bytes_read},
                             {"size", s.size},
                             {"mtime_ns", s.mtime_ns},
-                            {"holds", detail::holds_json(s.holds)}});
+                            {"holds", h == holds.end() ? nlohmann::json::object() : std::move(h->second)}});
+  }
   j["targets"] = nlohmann::json::array();
   for (const auto& t : p.targets) {
     const plan_target_totals s = totals_of(t);
@@ -260,7 +276,6 @@ inline nlohmann::json to_json(const checkpoint_plan& p) {
           nlohmann::json e = detail::box_json(x.where);
           e["rank"] = x.rank;
           e["bytes"] = x.bytes;
-          e["held"] = detail::box_json(x.held);
           xs.push_back(std::move(e));
         }
         i["slice"] = {{"box", detail::box_json(it.target)}, {"transfers", xs}};

@@ -208,21 +208,6 @@ class transform_job {
   /// without a hint a shape comes from the lowest rank of its stage that has a file.
   void set_shape_hint(std::set<index_t> ranks) { catalogue_.set_shape_hint(std::move(ranks)); }
 
-  /// The tensor bytes each target gets, in the order of the targets (in the source dtypes: the
-  /// casts are not decided yet). Reads the headers of the files that decide the items and shapes
-  /// (each target's base file t % M, and one file per parameter), no tensor data; checks only
-  /// what deciding them needs. For sizing targets before a job is split (work_split.hpp).
-  std::vector<std::uint64_t> target_bytes() {
-    catalogue_.collect(opts_.names, warnings_);
-    std::vector<std::uint64_t> out;
-    for (const auto& t : targets_) {
-      std::uint64_t n = 0;
-      catalogue_.for_each_item(t.rank, [&](out_item& it) { n += item_bytes(t.rank, it); });
-      out.push_back(n);
-    }
-    return out;
-  }
-
   transform_job(transform_job&&) = default;  // before check() only
   transform_job(const transform_job&) = delete;
   transform_job& operator=(const transform_job&) = delete;
@@ -246,26 +231,16 @@ class transform_job {
     RESHARD_EXPECTS(phase_ == phase::checked, "transform_job: stage() before check(), or twice");
     staging_ = std::make_unique<staged_outputs>(op_, opts_.force, opts_.sync);
     const bool digests = opts_.digests || !opts_.manifest.empty();
-    summary_ = write_plan_targets(*plan_, sources(), *staging_,
-                                  {{threads(), exec_.buffer_bytes}, reads(), opts_.sync, digests, opts_.progress}, op_);
-    if (!opts_.manifest.empty()) {
-      std::vector<std::filesystem::path> outputs, hf_dirs;  // the shards are known now
-      for (const auto& t : plan_->targets) {
-        outputs.insert(outputs.end(), t.files.begin(), t.files.end());
-        if (t.format == checkpoint_format::hf) hf_dirs.push_back(t.path);
-      }
-      check_manifest_path(opts_.manifest, source_inodes(catalogue_.files()), outputs, hf_dirs, opts_.force, op_);
-      stage_manifest(*staging_, opts_.manifest, summary_.written);
-    }
-    staging_->sync();
+    summary_ = stage_plan(*plan_, sources(), *staging_,
+                          {{threads(), exec_.buffer_bytes}, reads(), opts_.sync, digests, opts_.progress}, opts_.manifest,
+                          opts_.manifest.empty() ? source_node_map{} : source_inodes(catalogue_.files()), opts_.force, op_);
     phase_ = phase::staged;
   }
 
   /// Step 3: renames the staged files into place and makes the renames durable.
   transform_summary commit() {
     RESHARD_EXPECTS(phase_ == phase::staged, "transform_job: commit() before stage(), or twice");
-    summary_.outputs = staging_->commit();
-    if (!opts_.manifest.empty()) summary_.outputs.pop_back();  // the manifest: outputs are the targets' files
+    summary_.outputs = commit_plan_outputs(*staging_, !opts_.manifest.empty());
     phase_ = phase::done;
     transform_summary s = std::move(summary_);
     finish(s);
@@ -443,7 +418,7 @@ class transform_job {
     sum_plan(pl, [&](index_t r) { return catalogue_.files().at(r); });
     for (auto& [r, s] : pl.sources) {
       s.size = catalogue_.open(r).file_size();
-      s.mtime_ns = detail::mtime_ns(s.path);
+      s.mtime_ns = catalogue_.open(r).mtime_ns();
     }
     pl.jobs = threads();
     pl.buffer_bytes = exec_.buffer_bytes;
@@ -499,9 +474,12 @@ class transform_job {
     pi.dims = p.scalar ? p.scalar_dims : pi.target.extent.to_vector();
     pi.source_bytes = catalogue_.item_source_bytes(t.rank, it);
     pi.bytes = item_bytes(t.rank, it);
+    pi.transfers.reserve(pieces.size());
+    auto holds = pl.holds.find(pi.source_name);  // what each sender's file holds of the parameter
+    if (holds == pl.holds.end()) holds = pl.holds.try_emplace(pi.source_name).first;
     for (const parameter_catalogue::piece& pc : pieces) {
-      pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem, pc.held});
-      pl.sources[pc.rank].holds.try_emplace(pi.source_name, pc.held);
+      pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem});
+      holds->second.try_emplace(pc.rank, pc.held);
     }
     if (!p.src) {
       pi.own_rank_bytes = it.base == t.rank ? pi.source_bytes : 0;

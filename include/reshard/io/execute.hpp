@@ -81,8 +81,11 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
 
 /// Each source file's device and inode, and its rank (one stat a file): what check_output_paths
 /// and check_manifest_path compare the outputs with.
-inline std::map<std::pair<dev_t, ino_t>, index_t> source_inodes(const std::map<index_t, std::filesystem::path>& files) {
-  std::map<std::pair<dev_t, ino_t>, index_t> out;
+/// Source files by device and inode: their ranks.
+using source_node_map = std::map<std::pair<dev_t, ino_t>, index_t>;
+
+inline source_node_map source_inodes(const std::map<index_t, std::filesystem::path>& files) {
+  source_node_map out;
   for (const auto& [r, f] : files) {
     struct ::stat st {};
     if (::stat(f.c_str(), &st) == 0) out.emplace(std::pair{st.st_dev, st.st_ino}, r);
@@ -100,7 +103,7 @@ struct output_path {
 /// a Hugging Face directory may exist (with config files) but not hold a checkpoint unless
 /// `force`, nor be a file. One stat or two per output. Errors follow `op`.
 inline void check_output_paths(const std::vector<output_path>& outputs,
-                               const std::map<std::pair<dev_t, ino_t>, index_t>& sources, bool force,
+                               const source_node_map& sources, bool force,
                                const std::string& op) {
   for (const auto& o : outputs) {
     struct ::stat st {};
@@ -163,7 +166,7 @@ inline unsigned default_jobs(unsigned asked, std::size_t targets) {
 /// its Hugging Face directories (`hf_dirs`), not a directory, and (without force) not an existing
 /// file. `op` names the run in messages.
 inline void check_manifest_path(const std::filesystem::path& manifest,
-                                const std::map<std::pair<dev_t, ino_t>, index_t>& sources,
+                                const source_node_map& sources,
                                 const std::vector<std::filesystem::path>& outputs,
                                 const std::vector<std::filesystem::path>& hf_dirs, bool force, const std::string& op) {
   const auto who = op + ": manifest " + manifest.string() + ": ";
@@ -210,78 +213,145 @@ struct execute_options {
   unsigned jobs = 0;        ///< target files written in parallel; 0: one per core, at most one per target
   std::uint64_t buffer_bytes = std::uint64_t{4} << 20;
   read_mode reads = read_mode::automatic;
+  std::uint64_t max_memory = 0;  ///< the CRC check's windows fit a quarter of it (0: no limit)
   std::function<void(const transform_progress&)> progress{};
 };
 
-namespace detail {
-// The modification time of `path` in nanoseconds (0 if it cannot be read).
-inline std::int64_t mtime_ns(const std::filesystem::path& path) noexcept {
-  struct ::stat st {};
-  if (::stat(path.c_str(), &st) != 0) return 0;
-  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+
+/// Stages every target of `plan` in `out` (write_plan_targets) and, if `manifest` is set, the
+/// manifest of the files written (its path checked first against `source_nodes`, the outputs and
+/// `force`: check_manifest_path), then syncs them: what commit_plan_outputs renames into place.
+inline transform_summary stage_plan(const checkpoint_plan& plan, const plan_sources& sources, staged_outputs& out,
+                                    const plan_write_config& c, const std::filesystem::path& manifest,
+                                    const source_node_map& source_nodes, bool force,
+                                    const std::string& op) {
+  transform_summary s = write_plan_targets(plan, sources, out, c, op);
+  if (!manifest.empty()) {
+    std::vector<std::filesystem::path> outputs, hf_dirs;  // the shards are known now
+    for (const auto& t : plan.targets) {
+      outputs.insert(outputs.end(), t.files.begin(), t.files.end());
+      if (t.format == checkpoint_format::hf) hf_dirs.push_back(t.path);
+    }
+    check_manifest_path(manifest, source_nodes, outputs, hf_dirs, force, op);
+    stage_manifest(out, manifest, s.written);
+  }
+  out.sync();
+  return s;
 }
-}  // namespace detail
+
+/// Renames what stage_plan staged into place; returns the plan's files (not the manifest).
+inline std::vector<std::filesystem::path> commit_plan_outputs(staged_outputs& out, bool manifest) {
+  std::vector<std::filesystem::path> files = out.commit();
+  if (manifest) files.pop_back();  // the manifest, renamed last
+  return files;
+}
+
+/// One run of a checkpoint plan (a plan read back with plan_from_json, or one part of it), in
+/// three steps, as transform_job runs the plan it makes; `plan` must outlive it. Processes that
+/// each run a part step them in agreement (reshard/mpi/transform.hpp):
+///   check()    the plan adds up (check_checkpoint_plan); every source file is the one the plan
+///              was made from (size and modification time); no output is a source, none exists
+///              unless `force`; the manifest's path; the sources' CRC trailers
+///   stage()    every target written in full, staged, synced (stage_plan)
+///   commit()   the staged files renamed into place
+/// Destroyed before commit(), it removes what it staged.
+class plan_run {
+ public:
+  plan_run(const checkpoint_plan& plan, execute_options o, std::string op = "execute")
+      : plan_(plan), o_(std::move(o)), op_(std::move(op)) {}
+
+  void check() {
+    RESHARD_EXPECTS(phase_ == phase::created, "plan_run: check() twice");
+    start_ = std::chrono::steady_clock::now();
+    check_checkpoint_plan(plan_, op_);
+    std::map<index_t, std::filesystem::path> files;
+    for (const auto& [r, s] : plan_.sources) {
+      auto rd = std::make_unique<checkpoint_reader>(s.path);
+      const std::int64_t mtime = rd->mtime_ns();
+      if (rd->file_size() != s.size || mtime != s.mtime_ns)
+        report_error(op_ + ": " + s.path.string() + " (source rank " + std::to_string(r) +
+                     ") changed since the plan was made: " + std::to_string(rd->file_size()) + " bytes, the plan saw " +
+                     std::to_string(s.size) + (mtime != s.mtime_ns ? ", and a new modification time" : "") +
+                     " (make the plan again)");
+      files.emplace(r, s.path);
+      sources_.emplace(r, rd.get());
+      readers_.emplace(r, std::move(rd));
+    }
+    nodes_ = source_inodes(files);
+    std::vector<output_path> outputs;
+    std::vector<std::filesystem::path> output_files, hf_dirs;
+    for (const auto& t : plan_.targets) {
+      if (t.format == checkpoint_format::hf) hf_dirs.push_back(t.path);
+      for (const auto& f : t.files) output_files.push_back(f);
+      // a Hugging Face target's files: its old shards are replaced (staged_outputs::replaces_hf)
+      if (t.format == checkpoint_format::hf) outputs.push_back({t.path, true});
+      else for (const auto& f : t.files) outputs.push_back({f, false});
+    }
+    if (!o_.manifest.empty()) check_manifest_path(o_.manifest, nodes_, output_files, hf_dirs, o_.force, op_);
+    check_output_paths(outputs, nodes_, o_.force, op_);
+    if (o_.verify_crc) {
+      std::vector<const checkpoint_reader*> list;
+      for (const auto& [r, rd] : readers_) list.push_back(rd.get());
+      verify_source_crcs(list, jobs(), o_.max_memory);
+    }
+    phase_ = phase::checked;
+  }
+
+  void stage() {
+    RESHARD_EXPECTS(phase_ == phase::checked, "plan_run: stage() before check(), or twice");
+    staging_ = std::make_unique<staged_outputs>(op_, o_.force, o_.sync);
+    const plan_write_config c{{jobs(), o_.buffer_bytes}, reads(), o_.sync, o_.digests || !o_.manifest.empty(),
+                              o_.progress};
+    summary_ = stage_plan(plan_, sources_, *staging_, c, o_.manifest, nodes_, o_.force, op_);
+    phase_ = phase::staged;
+  }
+
+  transform_summary commit() {
+    RESHARD_EXPECTS(phase_ == phase::staged, "plan_run: commit() before stage(), or twice");
+    transform_summary s = std::move(summary_);
+    s.outputs = commit_plan_outputs(*staging_, !o_.manifest.empty());
+    phase_ = phase::done;
+    std::vector<const checkpoint_reader*> read;
+    for (const auto& [r, rd] : readers_) read.push_back(rd.get());
+    describe_sources(s, read);
+    s.casts = plan_.casts;
+    s.warnings = plan_.warnings;
+    s.jobs = jobs();
+    s.buffer_bytes = o_.buffer_bytes;
+    s.reads = reads();
+    s.synced = o_.sync;
+    s.max_memory = o_.max_memory;
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    s.peak_rss_bytes = peak_rss_bytes();
+    return s;
+  }
+
+ private:
+  unsigned jobs() const { return default_jobs(o_.jobs, plan_.targets.size()); }
+  read_mode reads() const noexcept { return o_.reads == read_mode::mmap ? read_mode::mmap : read_mode::pread; }
+
+  const checkpoint_plan& plan_;
+  const execute_options o_;
+  const std::string op_;
+  enum class phase : std::uint8_t { created, checked, staged, done };
+  phase phase_ = phase::created;
+  std::chrono::steady_clock::time_point start_{};
+  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers_;
+  plan_sources sources_;
+  source_node_map nodes_;
+  std::unique_ptr<staged_outputs> staging_;  // stage(): the files staged, until commit()
+  transform_summary summary_;
+};
 
 /// Writes the targets of `plan` (a plan read back with plan_from_json, or one part of it) from its
-/// source files; `op` names the run in messages ("execute: plan.json"). See the header comment
-/// for what is checked first. Returns the summary of a run (casts and warnings: the plan's).
+/// source files: plan_run's check(), stage() and commit(). `op` names the run in messages
+/// ("execute: plan.json"). Returns the summary of a run (casts and warnings: the plan's).
 inline transform_summary execute_plan(const checkpoint_plan& plan, const execute_options& o = {},
                                       const std::string& op = "execute") {
-  const auto start = std::chrono::steady_clock::now();
-  check_checkpoint_plan(plan, op);
-  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
-  plan_sources sources;
-  std::map<index_t, std::filesystem::path> files;
-  for (const auto& [r, s] : plan.sources) {
-    auto rd = std::make_unique<checkpoint_reader>(s.path);
-    const std::int64_t mtime = detail::mtime_ns(s.path);
-    if (rd->file_size() != s.size || mtime != s.mtime_ns)
-      report_error(op + ": " + s.path.string() + " (source rank " + std::to_string(r) +
-                   ") changed since the plan was made: " + std::to_string(rd->file_size()) + " bytes, the plan saw " +
-                   std::to_string(s.size) + (mtime != s.mtime_ns ? ", and a new modification time" : "") +
-                   " (make the plan again)");
-    files.emplace(r, s.path);
-    sources.emplace(r, rd.get());
-    readers.emplace(r, std::move(rd));
-  }
-  const auto inodes = source_inodes(files);
-  std::vector<output_path> outputs;
-  std::vector<std::filesystem::path> output_files, hf_dirs;
-  for (const auto& t : plan.targets) {
-    for (const auto& f : t.files) outputs.push_back({f, false}), output_files.push_back(f);
-    if (t.format == checkpoint_format::hf) hf_dirs.push_back(t.path);
-  }
-  if (!o.manifest.empty()) check_manifest_path(o.manifest, inodes, output_files, hf_dirs, o.force, op);
-  check_output_paths(outputs, inodes, true, op);  // existing outputs: staged_outputs::add, without force
-  const unsigned jobs = default_jobs(o.jobs, plan.targets.size());
-  if (o.verify_crc) {
-    std::vector<const checkpoint_reader*> list;
-    for (const auto& [r, rd] : readers) list.push_back(rd.get());
-    verify_source_crcs(list, jobs);
-  }
-  staged_outputs out(op, o.force, o.sync);
-  const plan_write_config c{{jobs, o.buffer_bytes},
-                            o.reads == read_mode::mmap ? read_mode::mmap : read_mode::pread,
-                            o.sync,
-                            o.digests || !o.manifest.empty(),
-                            o.progress};
-  transform_summary s = write_plan_targets(plan, sources, out, c, op);
-  if (!o.manifest.empty()) stage_manifest(out, o.manifest, s.written);
-  out.sync();
-  s.outputs = out.commit();
-  if (!o.manifest.empty()) s.outputs.pop_back();  // the manifest: outputs are the plan's files
-  std::vector<const checkpoint_reader*> read;
-  for (const auto& [r, rd] : readers) read.push_back(rd.get());
-  describe_sources(s, read);
-  s.casts = plan.casts;
-  s.warnings = plan.warnings;
-  s.jobs = jobs;
-  s.buffer_bytes = o.buffer_bytes;
-  s.reads = c.reads;
-  s.synced = o.sync;
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  s.peak_rss_bytes = peak_rss_bytes();
-  return s;
+  plan_run run(plan, o, op);
+  run.check();
+  run.stage();
+  return run.commit();
 }
 
 }  // namespace reshard::io

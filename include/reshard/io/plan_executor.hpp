@@ -320,17 +320,27 @@ class plan_executor {
     struct src_view {
       index_t rank;
       const tensor_ref* e;
+      const box* held;  // what the rank's file holds of the parameter
       std::vector<std::uint64_t> starts;
     };
     std::vector<src_view> views;
     views.reserve(it.transfers.size());
+    const auto holds = plan_.holds.find(it.source_name);  // what each sender's file holds of it
     for (const plan_transfer& x : it.transfers) {
-      const tensor_ref& e = source_tensor(x.rank, it, &x.held);
-      if (intersect(x.where, x.held) != x.where || intersect(x.where, tb) != x.where)
+      const box* held = nullptr;
+      if (holds != plan_.holds.end()) {
+        const auto h = holds->second.find(x.rank);
+        if (h != holds->second.end()) held = &h->second;
+      }
+      if (!held)
+        report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's source table does not say what "
+                     "source rank " + std::to_string(x.rank) + " holds (a plan that does not add up)");
+      const tensor_ref& e = source_tensor(x.rank, it, held);
+      if (intersect(x.where, *held) != x.where || intersect(x.where, tb) != x.where)
         report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's transfer " + to_string(x.where) +
                      " from source rank " + std::to_string(x.rank) + " is not inside both the box it holds, " +
-                     to_string(x.held) + ", and the target box " + to_string(tb));
-      views.push_back({x.rank, &e, detail::piece_starts(e)});
+                     to_string(*held) + ", and the target box " + to_string(tb));
+      views.push_back({x.rank, &e, held, detail::piece_starts(e)});
     }
     std::vector<std::uint64_t> from(it.transfers.size(), 0);  // bytes read per transfer
     std::vector<reshard::detail::copy_job> jobs;
@@ -374,7 +384,7 @@ class plan_executor {
         if (volume(in) == 0) continue;
         const auto& v = views[k];
         const std::byte* base = v.e->pieces.front().data();
-        jobs.push_back(reshard::detail::make_copy_job(base, it.transfers[k].held, to, c, in, elem));
+        jobs.push_back(reshard::detail::make_copy_job(base, *v.held, to, c, in, elem));
         job_view.push_back(&v);
         const auto& j = jobs.back();
         read.push_back({&v, std::span<const std::byte>(j.src, reshard::detail::source_span(j))});

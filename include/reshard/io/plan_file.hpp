@@ -11,7 +11,7 @@
 //   * each sliced item's transfers tile its target box: each inside the box, pairwise disjoint,
 //     and their volumes add up to the box's (so every element is brought exactly once);
 //   * each transfer's sender holds its box: the box is inside what the plan's source table says
-//     that rank's file holds of the parameter (plan_source::holds), and `held` is that box;
+//     that rank's file holds of the parameter (checkpoint_plan::holds);
 //   * a raw copy's stored ranges add up to its bytes; bytes and dtypes agree with the boxes;
 //   * each target's items are in file order, named once, in files its format has;
 //   * the totals are the sums of the items.
@@ -34,8 +34,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -177,7 +179,7 @@ inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string
     const auto& holds = r.at(s, "holds", w);
     if (!holds.is_object()) r.fail(w + ".holds", "not an object");
     for (auto it = holds.begin(); it != holds.end(); ++it)
-      src.holds.emplace(it.key(), r.get_box(it.value(), w + ".holds." + it.key()));
+      p.holds[it.key()].emplace(rank, r.get_box(it.value(), w + ".holds." + it.key()));
     if (!p.sources.emplace(rank, std::move(src)).second) r.fail(w, "source rank " + std::to_string(rank) + " twice");
   }
   for (const auto& t : r.array(j, "targets", "the plan")) {
@@ -232,7 +234,14 @@ inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string
           pt2.rank = r.i64(x, "rank", wx);
           pt2.where = r.get_box(x, wx);
           pt2.bytes = r.u64(x, "bytes", wx);
-          pt2.held = r.get_box(r.at(x, "held", wx), wx + ".held");
+          // plans of the first version 2 repeated the sender's box per transfer: it must be the
+          // source table's
+          if (x.is_object() && x.contains("held")) {
+            const box held = r.get_box(x.at("held"), wx + ".held");
+            const box* table = held_box(p, pt2.rank, it.source_name);
+            if (table && *table != held)
+              r.fail(wx + ".held", "is " + to_string(held) + ", the source table says " + to_string(*table));
+          }
         }
       }
     }
@@ -301,23 +310,21 @@ inline std::vector<std::string> checkpoint_plan_problems(const checkpoint_plan& 
       for (std::size_t k = 0; k < it.transfers.size(); ++k) {
         const plan_transfer& x = it.transfers[k];
         const std::string wx = wi + ": transfer " + to_string(x.where) + " from source rank " + std::to_string(x.rank);
-        if (x.where.offset.size() != tb.offset.size() || x.held.offset.size() != tb.offset.size()) {
+        if (x.where.offset.size() != tb.offset.size()) {
           add(wx + ": of another rank than the box " + to_string(tb));
           continue;
         }
         if (intersect(x.where, tb) != x.where) add(wx + ": outside the target box " + to_string(tb));
-        if (intersect(x.where, x.held) != x.where) add(wx + ": outside the box its file holds, " + to_string(x.held));
         if (static_cast<std::uint64_t>(volume(x.where)) * in != x.bytes) add(wx + ": not " + std::to_string(x.bytes) + " bytes");
-        const auto s = p.sources.find(x.rank);
-        if (s == p.sources.end()) {
+        const box* held = held_box(p, x.rank, it.source_name);
+        if (!p.sources.count(x.rank))
           add(wx + ": the plan does not read source rank " + std::to_string(x.rank));
-        } else {
-          const auto h = s->second.holds.find(it.source_name);
-          if (h == s->second.holds.end())
-            add(wx + ": the file of source rank " + std::to_string(x.rank) + " does not hold the parameter");
-          else if (h->second != x.held)
-            add(wx + ": its sender holds " + to_string(h->second) + ", not " + to_string(x.held));
-        }
+        else if (!held)
+          add(wx + ": the file of source rank " + std::to_string(x.rank) + " does not hold the parameter");
+        else if (held->offset.size() != tb.offset.size())
+          add(wx + ": its sender holds " + to_string(*held) + ", of another rank than the box " + to_string(tb));
+        else if (intersect(x.where, *held) != x.where)
+          add(wx + ": outside the box its file holds, " + to_string(*held));
         covered += static_cast<std::uint64_t>(volume(intersect(x.where, tb)));
       }
       if (const auto twice = detail::first_overlap(it.transfers))
@@ -357,23 +364,41 @@ inline void check_checkpoint_plan(const checkpoint_plan& p, const std::string& w
   report_error(m);
 }
 
-/// Which part of `parts` each target of `p` belongs to: the targets by bytes written, largest
-/// first (ties by position), each to the part with the fewest bytes so far (the lowest on a
-/// tie). Deterministic: every process that reads the same plan computes the same parts.
+/// Splits the target ranks 0 .. bytes.size()-1 among `parts` workers, balanced by bytes
+/// (bytes[t]: what rank t gets): largest first (equal sizes: lower rank first), each to the
+/// worker with the fewest bytes so far (ties: the lower worker). Deterministic, so every process
+/// computes the same split. Each worker's ranks ascending; workers beyond the ranks get none.
+inline std::vector<std::vector<std::int64_t>> balance_targets(std::span<const std::uint64_t> bytes,
+                                                              std::size_t parts) {
+  if (parts == 0) report_error("balance_targets: parts is 0 (at least one worker is needed)");
+  std::vector<std::int64_t> order(bytes.size());
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return bytes[static_cast<std::size_t>(a)] > bytes[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::vector<std::int64_t>> out(parts);
+  std::vector<std::uint64_t> load(parts, 0);
+  for (std::int64_t t : order) {
+    const auto w = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    out[w].push_back(t);
+    load[w] += bytes[static_cast<std::size_t>(t)];
+  }
+  for (auto& v : out) std::sort(v.begin(), v.end());
+  return out;
+}
+
+/// Which part of `parts` each target of `p` belongs to: balance_targets of the targets' bytes
+/// written (their position in the plan standing for the rank). Deterministic: every process that
+/// reads the same plan computes the same parts.
 inline std::vector<std::size_t> plan_part_of_targets(const checkpoint_plan& p, std::size_t parts) {
   RESHARD_EXPECTS(parts >= 1, "plan_part_of_targets: at least one part");
   std::vector<std::uint64_t> bytes;
+  bytes.reserve(p.targets.size());
   for (const auto& t : p.targets) bytes.push_back(totals_of(t).bytes_written);
-  std::vector<std::size_t> order(p.targets.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return bytes[a] > bytes[b]; });
-  std::vector<std::uint64_t> load(parts, 0);
   std::vector<std::size_t> of(p.targets.size(), 0);
-  for (std::size_t i : order) {
-    const std::size_t k = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    of[i] = k;
-    load[k] += bytes[i];
-  }
+  const auto shares = balance_targets(bytes, parts);
+  for (std::size_t k = 0; k < shares.size(); ++k)
+    for (std::int64_t i : shares[k]) of[static_cast<std::size_t>(i)] = k;
   return of;
 }
 
@@ -385,8 +410,15 @@ inline checkpoint_plan plan_part(const checkpoint_plan& p, std::size_t index, st
     report_error("plan part " + std::to_string(index + 1) + "/" + std::to_string(parts) +
                  ": a part is I/K with 1 <= I <= K");
   const auto of = plan_part_of_targets(p, parts);
-  checkpoint_plan q = p;
-  q.targets.clear();
+  checkpoint_plan q;
+  q.sources = p.sources;
+  q.jobs = p.jobs;
+  q.buffer_bytes = p.buffer_bytes;
+  q.peak_memory_bound = p.peak_memory_bound;
+  q.warnings = p.warnings;
+  q.holds = p.holds;
+  q.crc = p.crc;
+  q.chunk_bytes = p.chunk_bytes;
   for (std::size_t i = 0; i < p.targets.size(); ++i)
     if (of[i] == index) q.targets.push_back(p.targets[i]);
   sum_plan(q, [](index_t) { return std::filesystem::path(); });  // every source read is listed in p

@@ -8,6 +8,7 @@
 #include <reshard/partition.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/engine.hpp>
+#include <reshard/io/plan_file.hpp>  // balance_targets
 #include <reshard/io/rank_list.hpp>
 #include <reshard/io/strategy_layouts.hpp>
 
@@ -29,8 +30,8 @@ namespace reshard::io {
 // one transform split among workers (processes, machines): see reshard/mpi/transform.hpp
 
 /// The tensor bytes that transform_checkpoints(src_dir, ...) writes to each target rank (index =
-/// target rank): what the progress counts, without the files' framing. Reads the headers of
-/// the source files that decide each rank's parameters and their shapes, and no tensor data.
+/// target rank): what the progress counts, without the files' framing; the bytes written of each
+/// target of the checkpoint plan (its preview: the sources' indexes, no tensor data).
 inline std::vector<std::uint64_t> transform_target_bytes(const std::filesystem::path& src_dir,
                                                          const std::filesystem::path& src_strategy,
                                                          const std::filesystem::path& dst_strategy) {
@@ -41,29 +42,9 @@ inline std::vector<std::uint64_t> transform_target_bytes(const std::filesystem::
   std::vector<transform_target> targets;
   for (index_t t = 0; t < dst.ranks(); ++t) targets.push_back({t, {}});
   transform_job e(std::move(src), std::move(dst), std::move(files), std::move(targets), {}, op);
-  return e.target_bytes();
-}
-
-/// Splits the target ranks 0 .. bytes.size()-1 among `parts` workers, balanced by bytes
-/// (bytes[t]: what rank t gets): largest first (equal sizes: lower rank first), each to the
-/// worker with the fewest bytes so far (ties: the lower worker). Deterministic, so every process
-/// computes the same split. Each worker's ranks ascending; workers beyond the ranks get none.
-inline std::vector<std::vector<std::int64_t>> balance_targets(std::span<const std::uint64_t> bytes,
-                                                              std::size_t parts) {
-  if (parts == 0) report_error("balance_targets: parts is 0 (at least one worker is needed)");
-  std::vector<std::int64_t> order(bytes.size());
-  std::iota(order.begin(), order.end(), std::int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-    return bytes[static_cast<std::size_t>(a)] > bytes[static_cast<std::size_t>(b)];
-  });
-  std::vector<std::vector<std::int64_t>> out(parts);
-  std::vector<std::uint64_t> load(parts, 0);
-  for (std::int64_t t : order) {
-    const auto w = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    out[w].push_back(t);
-    load[w] += bytes[static_cast<std::size_t>(t)];
-  }
-  for (auto& v : out) std::sort(v.begin(), v.end());
+  e.preview();
+  std::vector<std::uint64_t> out;
+  for (const auto& t : e.plan().targets) out.push_back(totals_of(t).bytes_written);
   return out;
 }
 

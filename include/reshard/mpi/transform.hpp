@@ -2,11 +2,12 @@
 // processes of an MPI communicator, e.g. `mpirun -n K reshard transform ...` (opt-in:
 // reshard::mpi and reshard::io).
 //
-// Process 0 sizes every target rank from the source files' headers (io::transform_target_bytes)
-// and broadcasts the sizes; every process then splits the target ranks the same way
-// (io::balance_targets: largest first, to the least loaded process) and writes its share with
-// io::transform_checkpoints_for_ranks, which opens only the source files its targets read. The
-// files are byte for byte those of the one-process io::transform_checkpoints.
+// Process 0 makes the checkpoint plan of the whole transform (io::transform_job::check without
+// the CRC trailers: io/checkpoint_plan.hpp) and broadcasts it as its JSON; every process then
+// takes its part as `reshard execute --part I/K` does (io::plan_part: the targets dealt by
+// bytes, largest first, to the least loaded part) and runs it (io::plan_run), opening only the
+// source files its part reads. The files are those of the one plan, so byte for byte those of
+// the one-process io::transform_checkpoints.
 //
 // All or nothing, across processes. The processes agree (MPI_Allreduce of a verdict) three times:
 //   1. after every check (strategies, sources, CRC trailers, existing outputs): if any process
@@ -43,9 +44,13 @@
 #include <vector>
 
 #include "reshard/error.hpp"
+#include "reshard/io/execute.hpp"
 #include "reshard/io/manifest.hpp"
+#include "reshard/io/plan_file.hpp"
 #include "reshard/io/summary.hpp"
+#include "reshard/io/strategy_layouts.hpp"
 #include "reshard/io/transform.hpp"
+#include "reshard/io/work_split.hpp"
 #include "reshard/mpi/common.hpp"
 
 namespace reshard::mpi {
@@ -115,6 +120,19 @@ inline std::vector<std::string> allgather_text(MPI_Comm comm, const std::string&
     out.push_back(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(p)]),
                              static_cast<std::size_t>(lens[static_cast<std::size_t>(p)])));
   return out;
+}
+
+// Process 0's `text` (`size` bytes) on every process, in pieces of at most 1 GiB, waiting without
+// spinning (collective).
+inline void broadcast_text(MPI_Comm comm, std::string& text, std::size_t size) {
+  text.resize(size);
+  constexpr std::size_t piece = std::size_t{1} << 30;
+  for (std::size_t at = 0; at < size; at += piece) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    check_mpi(MPI_Ibcast(text.data() + at, static_cast<int>(std::min(piece, size - at)), MPI_CHAR, 0, comm, &request),
+              transform_op, "MPI_Ibcast");
+    wait_idle(request);
+  }
 }
 
 // A failure every process agreed on: rethrown as is, never agreed on again.
@@ -341,56 +359,73 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
     reshard::report_error(std::string(transform_op) + ": dry_run is not supported across processes; preview with "
                      "io::transform_checkpoints in one process (the plan does not depend on the processes)");
 
-  // 1. process 0 sizes the targets; everyone learns the sizes and whether to relay progress
-  std::vector<std::uint64_t> bytes;
+  // 1. process 0 makes the checkpoint plan of the whole transform (every check that needs no
+  //    tensor data; the CRC trailers are left to the processes that read each file); every
+  //    process gets it as the library's JSON of it
+  std::string text;
   {
     int verdict = 0;
     std::string message;
     if (me == 0) {
       try {
-        bytes = io::transform_target_bytes(src_dir, src_strategy, dst_strategy);
+        io::transform_options po = opts;
+        po.verify_crc = false;
+        po.progress = nullptr;
+        std::vector<std::int64_t> all;
+        const io::strategy_layouts dst(dst_strategy);
+        for (index_t t = 0; t < dst.ranks(); ++t) all.push_back(t);
+        io::transform_job job = io::transform_job_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, all, po);
+        job.check();
+        text = io::to_json(job.plan()).dump();
       } catch (...) {
         std::tie(verdict, message) = detail::verdict_of(std::current_exception());
       }
     }
     agree(comm, verdict, message);
   }
-  std::uint64_t head[2] = {bytes.size(), opts.progress ? 1u : 0u};
+  std::uint64_t head[2] = {text.size(), opts.progress ? 1u : 0u};
   check_mpi(MPI_Bcast(head, 2, MPI_UINT64_T, 0, comm), transform_op, "MPI_Bcast");
-  bytes.resize(static_cast<std::size_t>(head[0]));
-  check_mpi(MPI_Bcast(bytes.data(), static_cast<int>(bytes.size()), MPI_UINT64_T, 0, comm), transform_op, "MPI_Bcast");
+  detail::broadcast_text(comm, text, static_cast<std::size_t>(head[0]));
+  const io::checkpoint_plan plan = io::plan_from_json(nlohmann::json::parse(text), transform_op);
+  text = std::string();
 
+  // 2. the plan split as `reshard execute --part` splits it (io::plan_part): each process runs
+  //    its part, stepped in agreement with the others: after the checks, after writing
+  //    (staged), after renaming
   parallel_transform_summary s;
-  s.shares = io::balance_targets(bytes, static_cast<std::size_t>(size));
-  const std::vector<std::int64_t>& mine = s.shares[static_cast<std::size_t>(me)];
-  std::uint64_t total = 0;
-  for (auto b : bytes) total += b;
-  detail::progress_relay relay(comm, head[1] != 0, total, bytes.size(), me == 0 ? opts.progress : nullptr);
-
-  // 2. each process its share, one io::transform_job stepped in agreement with the others:
-  //    after the checks, after writing (staged), after renaming
+  const auto part_of = io::plan_part_of_targets(plan, static_cast<std::size_t>(size));
+  s.shares.resize(static_cast<std::size_t>(size));
+  for (std::size_t i = 0; i < plan.targets.size(); ++i) s.shares[part_of[i]].push_back(plan.targets[i].rank);
+  const io::checkpoint_plan part = io::plan_part(plan, static_cast<std::size_t>(me), static_cast<std::size_t>(size));
+  detail::progress_relay relay(comm, head[1] != 0, plan.bytes_written, plan.targets.size(),
+                               me == 0 ? opts.progress : nullptr);
   int reached = 0;  // agreements this process has taken part in
-  io::transform_options o = opts;
+  io::execute_options eo;
+  eo.force = opts.force;
+  eo.sync = opts.sync;
+  eo.verify_crc = opts.verify_crc;
   // the manifest lists every process's files: written once, by process 0, after the combine (the
-  // processes' jobs compute the digests)
-  o.digests = opts.digests || !opts.manifest.empty();
-  o.manifest.clear();
-  o.progress = [&](const io::transform_progress& p) {
+  // processes compute the digests)
+  eo.digests = opts.digests || !opts.manifest.empty();
+  eo.jobs = plan.jobs;  // as one process would run (the asked jobs, or fitted to max_memory)
+  eo.buffer_bytes = plan.buffer_bytes;
+  eo.reads = opts.reads;
+  eo.max_memory = opts.max_memory;
+  eo.progress = [&](const io::transform_progress& p) {
     if (popts.local_progress) popts.local_progress(p);
     relay.local(p);
   };
   try {
-    std::optional<io::transform_job> job;
-    if (!mine.empty())
-      job.emplace(io::transform_job_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, mine, o));
-    if (job) job->check();
+    std::optional<io::plan_run> run;
+    if (!part.targets.empty()) run.emplace(part, eo, std::string(transform_op));
+    if (run) run->check();
     reached = 1;
     agree(comm, 0, {});
-    if (job) job->stage();
+    if (run) run->stage();
     reached = 2;
     relay.finish();
     agree(comm, 0, {});
-    if (job) s.local = job->commit();
+    if (run) s.local = run->commit();
     reached = 3;
     agree(comm, 0, {});
   } catch (const detail::agreed_error&) {
@@ -407,8 +442,7 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
 
   detail::combine(comm, s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   s.outputs.clear();  // by target rank, as one process lists them
-  for (std::int64_t t = 0; t < static_cast<std::int64_t>(bytes.size()); ++t)
-    s.outputs.push_back(io::rank_checkpoint_path(dst_dir, prefix, t, opts.format));
+  for (const auto& t : plan.targets) s.outputs.push_back(t.path);
   const auto rank_of = [&](const io::written_file& w) {
     return std::find(s.outputs.begin(), s.outputs.end(), w.path) - s.outputs.begin();
   };
