@@ -27,11 +27,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace reshard::io {
@@ -104,6 +106,10 @@ struct plan_source {
   friend bool operator==(const plan_source&, const plan_source&) = default;
 };
 
+/// The boxes of the full tensor that source files hold of one parameter: (source rank, box),
+/// ascending by rank, each rank once.
+using rank_boxes = std::vector<std::pair<index_t, box>>;
+
 /// The checkpoint plan: every target's items, and the totals.
 struct checkpoint_plan {
   static constexpr int version = 2;  ///< "checkpoint_plan_version" of its JSON
@@ -118,7 +124,7 @@ struct checkpoint_plan {
   /// Of each parameter the plan slices: source rank -> the box of the full tensor that rank's file
   /// holds (what the source strategy gives the rank). A transfer's sender must hold its box.
   /// (Its JSON lists them per source file, as each source's "holds".)
-  std::map<std::string, std::map<index_t, box>, std::less<>> holds;
+  std::map<std::string, rank_boxes, std::less<>> holds;
   bool crc = false;                              ///< ckpt targets: the crc_num trailer
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;  ///< ckpt targets: the piece size of tensors
   friend bool operator==(const checkpoint_plan&, const checkpoint_plan&) = default;
@@ -126,11 +132,14 @@ struct checkpoint_plan {
 
 /// The box of the full tensor that source rank `rank`'s file holds of parameter `source_name`, as
 /// the plan's table says (checkpoint_plan::holds), or null if the table does not say.
+inline const box* held_box(const rank_boxes& holds, index_t rank) {
+  const auto h = std::lower_bound(holds.begin(), holds.end(), rank,
+                                  [](const std::pair<index_t, box>& e, index_t r) { return e.first < r; });
+  return h != holds.end() && h->first == rank ? &h->second : nullptr;
+}
 inline const box* held_box(const checkpoint_plan& p, index_t rank, std::string_view source_name) {
   const auto by_rank = p.holds.find(source_name);
-  if (by_rank == p.holds.end()) return nullptr;
-  const auto h = by_rank->second.find(rank);
-  return h == by_rank->second.end() ? nullptr : &h->second;
+  return by_rank == p.holds.end() ? nullptr : held_box(by_rank->second, rank);
 }
 
 /// Calls f(source rank, bytes) for each read of item `it`, in order.

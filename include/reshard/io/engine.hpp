@@ -69,6 +69,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -393,18 +394,20 @@ class transform_job {
     checkpoint_plan pl;
     pl.targets.reserve(targets_.size());
     std::size_t last = 0;  // the previous target's item count: most targets have the same
+    std::vector<std::string_view> names;  // a target's output names, to find one written twice
+    listed_ranks listed;
     for (const auto& t : targets_) {
-      std::set<std::string_view> names;
       std::vector<plan_item> items;
       items.reserve(last);
-      catalogue_.for_each_item(t.rank, [&](out_item& it) {
-        if (!names.insert(it.name()).second)
-          report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + detail::quote_name(it.name()) +
-                       " would be written twice");
-        items.push_back(plan_item_of(t, it, pl));
-      });
+      catalogue_.for_each_item(t.rank, [&](out_item& it) { items.push_back(plan_item_of(t, it, pl, listed)); });
       if (items.empty())
         report_error(op_ + ": target rank " + std::to_string(t.rank) + " would get no parameters");
+      names.clear();
+      for (const auto& it : items) names.push_back(it.name);
+      std::sort(names.begin(), names.end());
+      if (const auto twice = std::adjacent_find(names.begin(), names.end()); twice != names.end())
+        report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + detail::quote_name(*twice) +
+                     " would be written twice");
       last = items.size();
       const plan_format f = hf_target()                 ? plan_format{checkpoint_format::hf, opts_.max_shard_bytes, "pt"}
                             : safetensors_target(t)     ? plan_format{checkpoint_format::safetensors, 0, source_metadata(t)}
@@ -415,6 +418,9 @@ class transform_job {
     catalogue_.check_opened();
     if (!previewing_) verify_crcs();
     fit_memory();
+    for (auto& [name, by_rank] : pl.holds)  // ascending by rank
+      std::sort(by_rank.begin(), by_rank.end(),
+                [](const std::pair<index_t, box>& a, const std::pair<index_t, box>& b) { return a.first < b.first; });
     sum_plan(pl, [&](index_t r) { return catalogue_.files().at(r); });
     for (auto& [r, s] : pl.sources) {
       s.size = catalogue_.open(r).file_size();
@@ -432,7 +438,10 @@ class transform_job {
 
   // Item `it` of target t in the plan, checked: a raw copy, or its transfers (pieces_of), each
   // sender's box recorded in the plan's source table.
-  plan_item plan_item_of(const transform_target& t, out_item& it, checkpoint_plan& pl) {
+  // The source ranks listed so far in each parameter's checkpoint_plan::holds.
+  using listed_ranks = std::unordered_map<const rank_boxes*, std::vector<bool>>;
+
+  plan_item plan_item_of(const transform_target& t, out_item& it, checkpoint_plan& pl, listed_ranks& listed) {
     plan_item pi;
     pi.source_name = std::string(it.source_name());
     pi.name = std::string(it.name());
@@ -477,9 +486,14 @@ class transform_job {
     pi.transfers.reserve(pieces.size());
     auto holds = pl.holds.find(pi.source_name);  // what each sender's file holds of the parameter
     if (holds == pl.holds.end()) holds = pl.holds.try_emplace(pi.source_name).first;
+    std::vector<bool>& seen = listed[&holds->second];  // the ranks listed
+    if (seen.empty()) seen.resize(static_cast<std::size_t>(catalogue_.source_ranks()));
     for (const parameter_catalogue::piece& pc : pieces) {
       pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem});
-      holds->second.try_emplace(pc.rank, pc.held);
+      if (!seen[static_cast<std::size_t>(pc.rank)]) {
+        seen[static_cast<std::size_t>(pc.rank)] = true;
+        holds->second.emplace_back(pc.rank, pc.held);
+      }
     }
     if (!p.src) {
       pi.own_rank_bytes = it.base == t.rank ? pi.source_bytes : 0;

@@ -110,10 +110,14 @@ void for_each_chunk(const index_list& e, std::size_t elem, std::uint64_t limit, 
 }
 
 // A tensor's stored pieces as one content: each piece's first content byte.
-inline std::vector<std::uint64_t> piece_starts(const tensor_ref& e) {
-  std::vector<std::uint64_t> starts;
+inline void piece_starts(const tensor_ref& e, std::vector<std::uint64_t>& starts) {
+  starts.clear();
   std::uint64_t at = 0;
   for (auto q : e.pieces) starts.push_back(at), at += q.size();
+}
+inline std::vector<std::uint64_t> piece_starts(const tensor_ref& e) {
+  std::vector<std::uint64_t> starts;
+  piece_starts(e, starts);
   return starts;
 }
 
@@ -174,6 +178,7 @@ class plan_executor {
     const plan_target& t = plan_.targets.at(i);
     transform_summary s;
     std::vector<std::byte> buffer;
+    scratch_space scratch;  // reused by the target's sliced items
     std::size_t files = 0;  // the files opened
     for (const plan_item& it : t.items) {
       if (it.file + 1 < files)
@@ -184,7 +189,7 @@ class plan_executor {
         copy_raw(out, it, buffer, s);
         ++s.copied;
       } else {
-        assemble(out, it, buffer, s);
+        assemble(out, it, buffer, scratch, s);
         ++s.sliced;
       }
       s.bytes_written += it.bytes;
@@ -306,8 +311,29 @@ class plan_executor {
     for (auto p : e.pieces) budget_.touched(it.source_rank, p);
   }
 
+  // One transfer's source: its rank, its tensor in the rank's file, the box that file holds, and
+  // the first content byte of each stored piece.
+  struct src_view {
+    index_t rank = 0;
+    const tensor_ref* e = nullptr;
+    const box* held = nullptr;
+    std::vector<std::uint64_t> starts;
+  };
+  // What assembling an item needs besides the chunk buffer, kept from item to item of a target so
+  // that a target's items allocate once, not once each.
+  struct scratch_space {
+    std::vector<src_view> views;  // per transfer (the first `count` are the item's)
+    std::vector<std::uint64_t> from;  // bytes read per transfer
+    std::vector<reshard::detail::copy_job> jobs;
+    std::vector<const src_view*> job_view;  // the source of each job
+    std::vector<std::pair<const src_view*, std::span<const std::byte>>> read;
+    std::vector<std::byte> range;   // pread: a job's source range, when its runs are short
+    std::vector<std::byte> staged;  // with a cast: the chunk in the source's dtype
+  };
+
   // A sliced item: the target box assembled chunk by chunk from the transfers.
-  void assemble(tensor_sink& out, const plan_item& it, std::vector<std::byte>& buffer, transform_summary& s) {
+  void assemble(tensor_sink& out, const plan_item& it, std::vector<std::byte>& buffer, scratch_space& sc,
+                transform_summary& s) {
     const std::size_t elem = element_size(it.from);
     const bool cast = it.to != it.from;
     const std::size_t out_elem = element_size(it.to);
@@ -317,21 +343,12 @@ class plan_executor {
       report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan says " + std::to_string(it.bytes) +
                    " bytes for the box " + to_string(tb) + " (a plan that does not add up)");
     out.begin(it.name, it.to, it.dims, total);
-    struct src_view {
-      index_t rank;
-      const tensor_ref* e;
-      const box* held;  // what the rank's file holds of the parameter
-      std::vector<std::uint64_t> starts;
-    };
-    std::vector<src_view> views;
-    views.reserve(it.transfers.size());
+    if (sc.views.size() < it.transfers.size()) sc.views.resize(it.transfers.size());
+    const std::span<src_view> views(sc.views.data(), it.transfers.size());
+    std::size_t nv = 0;
     const auto holds = plan_.holds.find(it.source_name);  // what each sender's file holds of it
     for (const plan_transfer& x : it.transfers) {
-      const box* held = nullptr;
-      if (holds != plan_.holds.end()) {
-        const auto h = holds->second.find(x.rank);
-        if (h != holds->second.end()) held = &h->second;
-      }
+      const box* held = holds == plan_.holds.end() ? nullptr : held_box(holds->second, x.rank);
       if (!held)
         report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's source table does not say what "
                      "source rank " + std::to_string(x.rank) + " holds (a plan that does not add up)");
@@ -340,14 +357,19 @@ class plan_executor {
         report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's transfer " + to_string(x.where) +
                      " from source rank " + std::to_string(x.rank) + " is not inside both the box it holds, " +
                      to_string(*held) + ", and the target box " + to_string(tb));
-      views.push_back({x.rank, &e, held, detail::piece_starts(e)});
+      src_view& v = views[nv++];
+      v.rank = x.rank;
+      v.e = &e;
+      v.held = held;
+      detail::piece_starts(e, v.starts);
     }
-    std::vector<std::uint64_t> from(it.transfers.size(), 0);  // bytes read per transfer
-    std::vector<reshard::detail::copy_job> jobs;
-    std::vector<const src_view*> job_view;  // the source of each job
-    std::vector<std::pair<const src_view*, std::span<const std::byte>>> read;
-    std::vector<std::byte> scratch;  // pread: a job's source range, when its runs are short
-    std::vector<std::byte> staged;   // with a cast: the chunk in the source's dtype
+    std::vector<std::uint64_t>& from = sc.from;
+    from.assign(it.transfers.size(), 0);
+    auto& jobs = sc.jobs;
+    auto& job_view = sc.job_view;
+    auto& read = sc.read;
+    std::vector<std::byte>& scratch = sc.range;
+    std::vector<std::byte>& staged = sc.staged;
     // chunks of at most buffer_bytes in the larger of the source's and the target's dtype
     const std::uint64_t limit = exec_.buffer_bytes / std::max(elem, out_elem) * elem;
     detail::for_each_chunk(tb.extent, elem, limit, [&](const box& local) {
@@ -423,6 +445,8 @@ class plan_executor {
     out.end();
     for (std::size_t k = 0; k < from.size(); ++k) counted(it.transfers[k].rank, from[k]);
     if (buffer.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(buffer);
+    if (scratch.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(scratch);
+    if (staged.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(staged);
   }
 
   // read_mode::pread: does copy job j (its source pointers in e's mapping, its destination the

@@ -179,9 +179,12 @@ inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string
     const auto& holds = r.at(s, "holds", w);
     if (!holds.is_object()) r.fail(w + ".holds", "not an object");
     for (auto it = holds.begin(); it != holds.end(); ++it)
-      p.holds[it.key()].emplace(rank, r.get_box(it.value(), w + ".holds." + it.key()));
+      p.holds[it.key()].emplace_back(rank, r.get_box(it.value(), w + ".holds." + it.key()));
     if (!p.sources.emplace(rank, std::move(src)).second) r.fail(w, "source rank " + std::to_string(rank) + " twice");
   }
+  for (auto& [name, by_rank] : p.holds)  // ascending by rank (the sources are distinct)
+    std::sort(by_rank.begin(), by_rank.end(),
+              [](const std::pair<index_t, box>& a, const std::pair<index_t, box>& b) { return a.first < b.first; });
   for (const auto& t : r.array(j, "targets", "the plan")) {
     const std::string w = "targets[" + std::to_string(p.targets.size()) + "]";
     plan_target& pt = p.targets.emplace_back();
@@ -338,6 +341,13 @@ inline std::vector<std::string> checkpoint_plan_problems(const checkpoint_plan& 
             " elements of the box " + to_string(tb));
     }
   }
+  for (const auto& [name, by_rank] : p.holds)  // held_box searches them
+    for (std::size_t k = 1; k < by_rank.size(); ++k)
+      if (by_rank[k - 1].first >= by_rank[k].first) {
+        add("the boxes held of " + detail::quote_name(name) + ": source rank " + std::to_string(by_rank[k].first) +
+            (by_rank[k - 1].first == by_rank[k].first ? " twice" : " out of order"));
+        break;
+      }
   const plan_totals sums = totals_of(p);  // the items' sums, without copying the plan
   if (sums.bytes_read != p.bytes_read || sums.bytes_written != p.bytes_written || sums.cross_bytes != p.cross_bytes ||
       sums.lower_bound_bytes != p.lower_bound_bytes)
