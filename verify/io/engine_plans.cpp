@@ -14,6 +14,7 @@
 #include <reshard/io/execute.hpp>
 #include <reshard/io/plan_executor.hpp>
 #include <reshard/io/plan_file.hpp>
+#include <reshard/io/plan_wire.hpp>
 #include <reshard/io/transform.hpp>
 
 #include <gtest/gtest.h>
@@ -626,6 +627,18 @@ RC_GTEST_PROP(engine_plans, a_plan_read_back_and_executed_in_parts_writes_the_ru
   const checkpoint_plan back = plan_from_json(nlohmann::json::parse(j.dump()), "plan.json");
   RC_ASSERT(back == pl);
   RC_ASSERT(checkpoint_plan_problems(back).empty());
+  // the compact bytes processes hand each other (plan_wire.hpp) are the plan too; cut short
+  // anywhere, they are an error naming their origin
+  const std::string bytes = plan_to_bytes(pl);
+  RC_ASSERT(plan_from_bytes(bytes, "process 0") == pl);
+  const std::size_t cut = *rc::gen::inRange<std::size_t>(0, bytes.size());
+  bool refused = false;
+  try {
+    plan_from_bytes(std::string_view(bytes).substr(0, cut), "process 0");
+  } catch (const reshard::error& e) {
+    refused = std::string(e.what()).find("process 0: the plan's bytes:") != std::string::npos;
+  }
+  RC_ASSERT(refused);
   transform_checkpoints(dir / "src", dir / "whole", "c_", src_s, dst_s, {.sync = false, .crc = crc});
   const std::size_t k = *rc::gen::inRange<std::size_t>(1, 4);
   std::vector<std::size_t> order(k);

@@ -3,10 +3,10 @@
 // reshard::mpi and reshard::io).
 //
 // Process 0 makes the checkpoint plan of the whole transform (io::transform_job::check without
-// the CRC trailers: io/checkpoint_plan.hpp) and broadcasts it as its JSON; every process then
-// takes its part as `reshard execute --part I/K` does (io::plan_part: the targets dealt by
-// bytes, largest first, to the least loaded part) and runs it (io::plan_run), opening only the
-// source files its part reads. The files are those of the one plan, so byte for byte those of
+// the CRC trailers: io/checkpoint_plan.hpp) and cuts it into one part per process as `reshard
+// execute --part I/K` does (io::plan_part: the targets dealt by bytes, largest first, to the
+// least loaded part); it sends each process its part as compact bytes (io/plan_wire.hpp), and
+// each runs it (io::plan_run), opening only the source files its part reads. The files are those of the one plan, so byte for byte those of
 // the one-process io::transform_checkpoints.
 //
 // All or nothing, across processes. The processes agree (MPI_Allreduce of a verdict) three times:
@@ -40,6 +40,7 @@
 #include <string_view>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -47,6 +48,7 @@
 #include "reshard/io/execute.hpp"
 #include "reshard/io/manifest.hpp"
 #include "reshard/io/plan_file.hpp"
+#include "reshard/io/plan_wire.hpp"
 #include "reshard/io/summary.hpp"
 #include "reshard/io/strategy_layouts.hpp"
 #include "reshard/io/transform.hpp"
@@ -122,17 +124,40 @@ inline std::vector<std::string> allgather_text(MPI_Comm comm, const std::string&
   return out;
 }
 
-// Process 0's `text` (`size` bytes) on every process, in pieces of at most 1 GiB, waiting without
-// spinning (collective).
-inline void broadcast_text(MPI_Comm comm, std::string& text, std::size_t size) {
-  text.resize(size);
+// Process 0's parts[k] on process k (collective; `parts` is read on process 0 only): the sizes
+// scattered, then each part sent in pieces of at most 1 GiB, waiting without spinning.
+inline std::string scatter_parts(MPI_Comm comm, const std::vector<std::string>& parts) {
+  int me = 0, size = 1;
+  check_mpi(MPI_Comm_rank(comm, &me), transform_op, "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm, &size), transform_op, "MPI_Comm_size");
+  std::vector<std::uint64_t> sizes;
+  if (me == 0)
+    for (const auto& p : parts) sizes.push_back(p.size());
+  std::uint64_t mine = 0;
+  check_mpi(MPI_Scatter(sizes.data(), 1, MPI_UINT64_T, &mine, 1, MPI_UINT64_T, 0, comm), transform_op, "MPI_Scatter");
   constexpr std::size_t piece = std::size_t{1} << 30;
-  for (std::size_t at = 0; at < size; at += piece) {
+  if (me == 0) {
+    for (int k = 1; k < size; ++k) {
+      const std::string& p = parts[static_cast<std::size_t>(k)];
+      for (std::size_t at = 0; at < p.size(); at += piece) {
+        MPI_Request request = MPI_REQUEST_NULL;
+        check_mpi(MPI_Isend(p.data() + at, static_cast<int>(std::min(piece, p.size() - at)), MPI_CHAR, k, 0, comm,
+                            &request),
+                  transform_op, "MPI_Isend");
+        wait_idle(request);
+      }
+    }
+    return parts.front();
+  }
+  std::string out(static_cast<std::size_t>(mine), '\0');
+  for (std::size_t at = 0; at < out.size(); at += piece) {
     MPI_Request request = MPI_REQUEST_NULL;
-    check_mpi(MPI_Ibcast(text.data() + at, static_cast<int>(std::min(piece, size - at)), MPI_CHAR, 0, comm, &request),
-              transform_op, "MPI_Ibcast");
+    check_mpi(MPI_Irecv(out.data() + at, static_cast<int>(std::min(piece, out.size() - at)), MPI_CHAR, 0, 0, comm,
+                        &request),
+              transform_op, "MPI_Irecv");
     wait_idle(request);
   }
+  return out;
 }
 
 // A failure every process agreed on: rethrown as is, never agreed on again.
@@ -360,9 +385,11 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
                      "io::transform_checkpoints in one process (the plan does not depend on the processes)");
 
   // 1. process 0 makes the checkpoint plan of the whole transform (every check that needs no
-  //    tensor data; the CRC trailers are left to the processes that read each file); every
-  //    process gets it as the library's JSON of it
-  std::string text;
+  //    tensor data; the CRC trailers are left to the processes that read each file) and deals
+  //    its targets among the processes as `reshard execute --part I/K` does (io::plan_part)
+  std::vector<std::string> parts;  // process 0: each process's part, as io::plan_to_bytes
+  std::uint64_t head[3] = {0, 0, opts.progress ? 1u : 0u};  // targets, tensor bytes written, progress
+  std::vector<std::int64_t> deal;  // per target of the plan: its rank and its process
   {
     int verdict = 0;
     std::string message;
@@ -376,28 +403,34 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
         for (index_t t = 0; t < dst.ranks(); ++t) all.push_back(t);
         io::transform_job job = io::transform_job_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, all, po);
         job.check();
-        text = io::to_json(job.plan()).dump();
+        const io::checkpoint_plan& plan = job.plan();
+        const auto part_of = io::plan_part_of_targets(plan, static_cast<std::size_t>(size));
+        for (std::size_t i = 0; i < plan.targets.size(); ++i)
+          deal.push_back(plan.targets[i].rank), deal.push_back(static_cast<std::int64_t>(part_of[i]));
+        head[0] = plan.targets.size();
+        head[1] = plan.bytes_written;
+        for (int k = 0; k < size; ++k)
+          parts.push_back(io::plan_to_bytes(io::plan_part(plan, static_cast<std::size_t>(k), static_cast<std::size_t>(size))));
       } catch (...) {
         std::tie(verdict, message) = detail::verdict_of(std::current_exception());
       }
     }
     agree(comm, verdict, message);
   }
-  std::uint64_t head[2] = {text.size(), opts.progress ? 1u : 0u};
-  check_mpi(MPI_Bcast(head, 2, MPI_UINT64_T, 0, comm), transform_op, "MPI_Bcast");
-  detail::broadcast_text(comm, text, static_cast<std::size_t>(head[0]));
-  const io::checkpoint_plan plan = io::plan_from_json(nlohmann::json::parse(text), transform_op);
-  text = std::string();
-
-  // 2. the plan split as `reshard execute --part` splits it (io::plan_part): each process runs
-  //    its part, stepped in agreement with the others: after the checks, after writing
-  //    (staged), after renaming
+  check_mpi(MPI_Bcast(head, 3, MPI_UINT64_T, 0, comm), transform_op, "MPI_Bcast");
+  deal.resize(static_cast<std::size_t>(2 * head[0]));
+  check_mpi(MPI_Bcast(deal.data(), static_cast<int>(deal.size()), MPI_INT64_T, 0, comm), transform_op, "MPI_Bcast");
   parallel_transform_summary s;
-  const auto part_of = io::plan_part_of_targets(plan, static_cast<std::size_t>(size));
   s.shares.resize(static_cast<std::size_t>(size));
-  for (std::size_t i = 0; i < plan.targets.size(); ++i) s.shares[part_of[i]].push_back(plan.targets[i].rank);
-  const io::checkpoint_plan part = io::plan_part(plan, static_cast<std::size_t>(me), static_cast<std::size_t>(size));
-  detail::progress_relay relay(comm, head[1] != 0, plan.bytes_written, plan.targets.size(),
+  for (std::size_t i = 0; i < deal.size(); i += 2) s.shares[static_cast<std::size_t>(deal[i + 1])].push_back(deal[i]);
+  for (auto& share : s.shares) std::sort(share.begin(), share.end());
+
+  // 2. each process gets its part and runs it, stepped in agreement with the others: after the
+  //    checks, after writing (staged), after renaming
+  const io::checkpoint_plan part =
+      io::plan_from_bytes(detail::scatter_parts(comm, parts), std::string(transform_op) + ": the plan of process 0");
+  parts.clear();
+  detail::progress_relay relay(comm, head[2] != 0, head[1], static_cast<std::size_t>(head[0]),
                                me == 0 ? opts.progress : nullptr);
   int reached = 0;  // agreements this process has taken part in
   io::execute_options eo;
@@ -407,8 +440,8 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   // the manifest lists every process's files: written once, by process 0, after the combine (the
   // processes compute the digests)
   eo.digests = opts.digests || !opts.manifest.empty();
-  eo.jobs = plan.jobs;  // as one process would run (the asked jobs, or fitted to max_memory)
-  eo.buffer_bytes = plan.buffer_bytes;
+  eo.jobs = part.jobs;  // as one process would run (the asked jobs, or fitted to max_memory)
+  eo.buffer_bytes = part.buffer_bytes;
   eo.reads = opts.reads;
   eo.max_memory = opts.max_memory;
   eo.progress = [&](const io::transform_progress& p) {
@@ -442,12 +475,24 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
 
   detail::combine(comm, s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   s.outputs.clear();  // by target rank, as one process lists them
-  for (const auto& t : plan.targets) s.outputs.push_back(t.path);
-  const auto rank_of = [&](const io::written_file& w) {
-    return std::find(s.outputs.begin(), s.outputs.end(), w.path) - s.outputs.begin();
+  for (std::size_t i = 0; i < deal.size(); i += 2)
+    s.outputs.push_back(io::rank_checkpoint_path(dst_dir, prefix, deal[i], opts.format));
+  // the files written in the order of the outputs (a Hugging Face shard by its directory); a
+  // lookup table, not a search per comparison (that was quadratic in the targets)
+  std::unordered_map<std::string, std::size_t> position;
+  for (std::size_t i = 0; i < s.outputs.size(); ++i) position.emplace(s.outputs[i].native(), i);
+  const auto position_of = [&](const io::written_file& w) {
+    auto hit = position.find(w.path.native());
+    if (hit == position.end()) hit = position.find(w.path.parent_path().native());
+    return hit == position.end() ? s.outputs.size() : hit->second;
   };
-  std::stable_sort(s.written.begin(), s.written.end(),
-                   [&](const io::written_file& a, const io::written_file& b) { return rank_of(a) < rank_of(b); });
+  std::vector<std::pair<std::size_t, std::size_t>> order;  // (position, index in s.written)
+  for (std::size_t i = 0; i < s.written.size(); ++i) order.emplace_back(position_of(s.written[i]), i);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<io::written_file> sorted;
+  sorted.reserve(s.written.size());
+  for (const auto& [pos, i] : order) sorted.push_back(std::move(s.written[i]));
+  s.written = std::move(sorted);
   if (me == 0 && !opts.manifest.empty()) io::write_manifest(opts.manifest, s.written, opts.force);
   return s;
 }
