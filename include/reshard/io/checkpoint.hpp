@@ -177,9 +177,10 @@ class checkpoint_reader {
       st_bytes_ = data_section_st();
     }
     for (std::size_t i = 0; i < entries_.size(); ++i) by_name_.emplace(entries_[i].name, i);
-    struct ::stat st {};  // one stat: the size and the modification time the plan records
+    struct ::stat st {};  // one stat: the size, the modification time and the file's identity
     if (::stat(path_ref().c_str(), &st) == 0) {
       file_size_ = static_cast<std::uint64_t>(st.st_size);
+      id_ = {st.st_dev, st.st_ino};
       mtime_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
     }
     if (hf_) file_size_ = hf_->file_size();
@@ -193,6 +194,9 @@ class checkpoint_reader {
   /// The modification time of the file (hf: of its directory) in nanoseconds when it was opened
   /// (0 if it could not be read).
   std::int64_t mtime_ns() const noexcept { return mtime_ns_; }
+  /// The file's (hf: its directory's) device and inode when it was opened ({0, 0} if unknown):
+  /// what outputs are compared with, so that no run writes over its input.
+  std::pair<dev_t, ino_t> file_id() const noexcept { return id_; }
   std::span<const tensor_ref> entries() const noexcept { return entries_; }
   /// The mapped bytes: the whole file (ckpt), the data section (safetensors), the range of all
   /// the shards (hf).
@@ -286,6 +290,7 @@ class checkpoint_reader {
   std::unordered_map<std::string, std::size_t, name_hash, std::equal_to<>> by_name_;
   std::uint64_t file_size_ = 0;
   std::int64_t mtime_ns_ = 0;
+  std::pair<dev_t, ino_t> id_{0, 0};
   std::span<const std::byte> st_bytes_;  // safetensors: data_section_st()
   mutable int fd_ = -1;                  // for pread_into, opened on first use
   std::unique_ptr<std::mutex> fd_mutex_ = std::make_unique<std::mutex>();

@@ -137,6 +137,15 @@ inline const box* held_box(const rank_boxes& holds, index_t rank) {
                                   [](const std::pair<index_t, box>& e, index_t r) { return e.first < r; });
   return h != holds.end() && h->first == rank ? &h->second : nullptr;
 }
+/// Puts `holds` in rank order, each rank once (the first of its entries kept): what held_box
+/// searches. Builders append in any order, then call it.
+inline void sort_by_rank(rank_boxes& holds) {
+  std::stable_sort(holds.begin(), holds.end(),
+                   [](const std::pair<index_t, box>& a, const std::pair<index_t, box>& b) { return a.first < b.first; });
+  holds.erase(std::unique(holds.begin(), holds.end(),
+                          [](const std::pair<index_t, box>& a, const std::pair<index_t, box>& b) { return a.first == b.first; }),
+              holds.end());
+}
 inline const box* held_box(const checkpoint_plan& p, index_t rank, std::string_view source_name) {
   const auto by_rank = p.holds.find(source_name);
   return by_rank == p.holds.end() ? nullptr : held_box(by_rank->second, rank);

@@ -418,9 +418,7 @@ class transform_job {
     catalogue_.check_opened();
     if (!previewing_) verify_crcs();
     fit_memory();
-    for (auto& [name, by_rank] : pl.holds)  // ascending by rank
-      std::sort(by_rank.begin(), by_rank.end(),
-                [](const std::pair<index_t, box>& a, const std::pair<index_t, box>& b) { return a.first < b.first; });
+    for (auto& [name, by_rank] : pl.holds) sort_by_rank(by_rank);
     sum_plan(pl, [&](index_t r) { return catalogue_.files().at(r); });
     for (auto& [r, s] : pl.sources) {
       s.size = catalogue_.open(r).file_size();

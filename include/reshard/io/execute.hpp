@@ -264,7 +264,6 @@ class plan_run {
     RESHARD_EXPECTS(phase_ == phase::created, "plan_run: check() twice");
     start_ = std::chrono::steady_clock::now();
     check_checkpoint_plan(plan_, op_);
-    std::map<index_t, std::filesystem::path> files;
     for (const auto& [r, s] : plan_.sources) {
       auto rd = std::make_unique<checkpoint_reader>(s.path);
       const std::int64_t mtime = rd->mtime_ns();
@@ -273,11 +272,10 @@ class plan_run {
                      ") changed since the plan was made: " + std::to_string(rd->file_size()) + " bytes, the plan saw " +
                      std::to_string(s.size) + (mtime != s.mtime_ns ? ", and a new modification time" : "") +
                      " (make the plan again)");
-      files.emplace(r, s.path);
+      if (rd->file_id() != std::pair<dev_t, ino_t>{0, 0}) nodes_.emplace(rd->file_id(), r);  // its stat, not another
       sources_.emplace(r, rd.get());
       readers_.emplace(r, std::move(rd));
     }
-    nodes_ = source_inodes(files);
     std::vector<output_path> outputs;
     std::vector<std::filesystem::path> output_files, hf_dirs;
     for (const auto& t : plan_.targets) {

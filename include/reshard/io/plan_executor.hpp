@@ -322,7 +322,7 @@ class plan_executor {
   // What assembling an item needs besides the chunk buffer, kept from item to item of a target so
   // that a target's items allocate once, not once each.
   struct scratch_space {
-    std::vector<src_view> views;  // per transfer (the first `count` are the item's)
+    std::vector<src_view> views;  // per transfer (the first transfers.size() are the item's)
     std::vector<std::uint64_t> from;  // bytes read per transfer
     std::vector<reshard::detail::copy_job> jobs;
     std::vector<const src_view*> job_view;  // the source of each job

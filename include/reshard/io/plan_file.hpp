@@ -125,11 +125,14 @@ inline std::optional<std::pair<std::size_t, std::size_t>> first_overlap(const st
   if (xs.size() < 2) return std::nullopt;
   const std::size_t n = xs.front().where.offset.size();
   std::size_t dim = 0, most = 0;
-  for (std::size_t d = 0; d < n; ++d) {
-    std::set<index_t> starts;
+  std::vector<index_t> starts;
+  for (std::size_t d = 0; d < n; ++d) {  // the dim whose starts are the most distinct
+    starts.clear();
     for (const auto& x : xs)
-      if (x.where.offset.size() == n) starts.insert(x.where.offset[d]);
-    if (starts.size() > most) most = starts.size(), dim = d;
+      if (x.where.offset.size() == n) starts.push_back(x.where.offset[d]);
+    std::sort(starts.begin(), starts.end());
+    const auto distinct = static_cast<std::size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
+    if (distinct > most) most = distinct, dim = d;
   }
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < xs.size(); ++i)
@@ -182,9 +185,7 @@ inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string
       p.holds[it.key()].emplace_back(rank, r.get_box(it.value(), w + ".holds." + it.key()));
     if (!p.sources.emplace(rank, std::move(src)).second) r.fail(w, "source rank " + std::to_string(rank) + " twice");
   }
-  for (auto& [name, by_rank] : p.holds)  // ascending by rank (the sources are distinct)
-    std::sort(by_rank.begin(), by_rank.end(),
-              [](const std::pair<index_t, box>& a, const std::pair<index_t, box>& b) { return a.first < b.first; });
+  for (auto& [name, by_rank] : p.holds) sort_by_rank(by_rank);  // the sources are distinct
   for (const auto& t : r.array(j, "targets", "the plan")) {
     const std::string w = "targets[" + std::to_string(p.targets.size()) + "]";
     plan_target& pt = p.targets.emplace_back();
@@ -276,68 +277,77 @@ inline std::vector<std::string> checkpoint_plan_problems(const checkpoint_plan& 
   const auto add = [&](std::string s) {
     if (out.size() < max_problems) out.push_back(std::move(s));
   };
+  // The messages name the target, the parameter and the transfer; they are built only for a
+  // problem (the check runs before every execution of a plan, over every item).
+  std::vector<std::string_view> names;  // a target's output names, sorted: one written twice
   for (const plan_target& t : p.targets) {
-    const std::string wt = "target rank " + std::to_string(t.rank) + " (" + t.path.string() + ")";
+    const auto wt = [&] { return "target rank " + std::to_string(t.rank) + " (" + t.path.string() + ")"; };
     const std::size_t files = t.files.size();
     std::size_t data_files = files;
     if (t.format == checkpoint_format::hf && files > 1) data_files = files - 1;  // the index
-    if (files == 0 || (t.format != checkpoint_format::hf && files != 1)) add(wt + ": " + std::to_string(files) + " files for the format " + std::string(to_string(t.format)));
-    if (t.format == checkpoint_format::hf && files == 2) add(wt + ": a sharded Hugging Face checkpoint of one shard");
-    if (t.items.empty()) add(wt + ": no items");
-    std::set<std::string_view> names;
+    if (files == 0 || (t.format != checkpoint_format::hf && files != 1)) add(wt() + ": " + std::to_string(files) + " files for the format " + std::string(to_string(t.format)));
+    if (t.format == checkpoint_format::hf && files == 2) add(wt() + ": a sharded Hugging Face checkpoint of one shard");
+    if (t.items.empty()) add(wt() + ": no items");
+    names.clear();
+    for (const plan_item& it : t.items) names.push_back(it.name);
+    std::sort(names.begin(), names.end());
+    for (auto twice = std::adjacent_find(names.begin(), names.end()); twice != names.end();
+         twice = std::adjacent_find(std::upper_bound(twice, names.end(), *twice), names.end()))
+      add(wt() + ": parameter " + detail::quote_name(*twice) + ": written twice");
     std::size_t last_file = 0;
     for (const plan_item& it : t.items) {
-      const std::string wi = wt + ": parameter " + detail::quote_name(it.name);
-      if (!names.insert(it.name).second) add(wi + ": written twice");
-      if (it.file >= data_files) add(wi + ": in file " + std::to_string(it.file) + " of " + std::to_string(data_files));
-      if (it.file < last_file) add(wi + ": out of file order");
+      const auto wi = [&] { return wt() + ": parameter " + detail::quote_name(it.name); };
+      if (it.file >= data_files) add(wi() + ": in file " + std::to_string(it.file) + " of " + std::to_string(data_files));
+      if (it.file < last_file) add(wi() + ": out of file order");
       last_file = std::max(last_file, it.file);
       const std::uint64_t in = element_size(it.from), on = element_size(it.to);
       if (it.source_bytes % in != 0 || it.bytes != it.source_bytes / in * on)
-        add(wi + ": " + std::to_string(it.bytes) + " bytes written for " + std::to_string(it.source_bytes) +
+        add(wi() + ": " + std::to_string(it.bytes) + " bytes written for " + std::to_string(it.source_bytes) +
             " read (" + std::string(ms_name(it.from)) + " to " + std::string(ms_name(it.to)) + ")");
-      if (it.own_rank_bytes > it.source_bytes) add(wi + ": more bytes on its own rank than it reads");
+      if (it.own_rank_bytes > it.source_bytes) add(wi() + ": more bytes on its own rank than it reads");
       if (it.raw) {
         std::uint64_t stored = 0;
         for (const auto& g : it.stored) stored += g.bytes;
-        if (stored != it.source_bytes) add(wi + ": stored ranges of " + std::to_string(stored) + " bytes for " + std::to_string(it.source_bytes));
-        if (!p.sources.count(it.source_rank)) add(wi + ": copied from source rank " + std::to_string(it.source_rank) + ", which the plan does not read");
-        if (!it.transfers.empty()) add(wi + ": a copy with transfers");
+        if (stored != it.source_bytes) add(wi() + ": stored ranges of " + std::to_string(stored) + " bytes for " + std::to_string(it.source_bytes));
+        if (!p.sources.count(it.source_rank)) add(wi() + ": copied from source rank " + std::to_string(it.source_rank) + ", which the plan does not read");
+        if (!it.transfers.empty()) add(wi() + ": a copy with transfers");
         continue;
       }
       const box& tb = it.target;
       if (static_cast<std::uint64_t>(volume(tb)) * in != it.source_bytes)
-        add(wi + ": the box " + to_string(tb) + " is not " + std::to_string(it.source_bytes) + " bytes");
-      if (!it.scalar && it.dims != tb.extent.to_vector()) add(wi + ": dims " + detail::format_dims(it.dims) + " are not the box " + to_string(tb));
+        add(wi() + ": the box " + to_string(tb) + " is not " + std::to_string(it.source_bytes) + " bytes");
+      if (!it.scalar && !std::equal(it.dims.begin(), it.dims.end(), tb.extent.begin(), tb.extent.end()))
+        add(wi() + ": dims " + detail::format_dims(it.dims) + " are not the box " + to_string(tb));
+      const auto holds = p.holds.find(it.source_name);  // what each sender's file holds of it
       std::uint64_t covered = 0;
       for (std::size_t k = 0; k < it.transfers.size(); ++k) {
         const plan_transfer& x = it.transfers[k];
-        const std::string wx = wi + ": transfer " + to_string(x.where) + " from source rank " + std::to_string(x.rank);
+        const auto wx = [&] { return wi() + ": transfer " + to_string(x.where) + " from source rank " + std::to_string(x.rank); };
         if (x.where.offset.size() != tb.offset.size()) {
-          add(wx + ": of another rank than the box " + to_string(tb));
+          add(wx() + ": of another rank than the box " + to_string(tb));
           continue;
         }
-        if (intersect(x.where, tb) != x.where) add(wx + ": outside the target box " + to_string(tb));
-        if (static_cast<std::uint64_t>(volume(x.where)) * in != x.bytes) add(wx + ": not " + std::to_string(x.bytes) + " bytes");
-        const box* held = held_box(p, x.rank, it.source_name);
+        if (intersect(x.where, tb) != x.where) add(wx() + ": outside the target box " + to_string(tb));
+        if (static_cast<std::uint64_t>(volume(x.where)) * in != x.bytes) add(wx() + ": not " + std::to_string(x.bytes) + " bytes");
+        const box* held = holds == p.holds.end() ? nullptr : held_box(holds->second, x.rank);
         if (!p.sources.count(x.rank))
-          add(wx + ": the plan does not read source rank " + std::to_string(x.rank));
+          add(wx() + ": the plan does not read source rank " + std::to_string(x.rank));
         else if (!held)
-          add(wx + ": the file of source rank " + std::to_string(x.rank) + " does not hold the parameter");
+          add(wx() + ": the file of source rank " + std::to_string(x.rank) + " does not hold the parameter");
         else if (held->offset.size() != tb.offset.size())
-          add(wx + ": its sender holds " + to_string(*held) + ", of another rank than the box " + to_string(tb));
+          add(wx() + ": its sender holds " + to_string(*held) + ", of another rank than the box " + to_string(tb));
         else if (intersect(x.where, *held) != x.where)
-          add(wx + ": outside the box its file holds, " + to_string(*held));
+          add(wx() + ": outside the box its file holds, " + to_string(*held));
         covered += static_cast<std::uint64_t>(volume(intersect(x.where, tb)));
       }
       if (const auto twice = detail::first_overlap(it.transfers))
-        add(wi + ": the transfers " + to_string(it.transfers[twice->first].where) + " from source rank " +
+        add(wi() + ": the transfers " + to_string(it.transfers[twice->first].where) + " from source rank " +
             std::to_string(it.transfers[twice->first].rank) + " and " + to_string(it.transfers[twice->second].where) +
             " from source rank " + std::to_string(it.transfers[twice->second].rank) + " overlap (" +
             to_string(intersect(it.transfers[twice->first].where, it.transfers[twice->second].where)) +
             " brought twice)");
       if (covered != static_cast<std::uint64_t>(volume(tb)))
-        add(wi + ": the transfers bring " + std::to_string(covered) + " of the " + std::to_string(volume(tb)) +
+        add(wi() + ": the transfers bring " + std::to_string(covered) + " of the " + std::to_string(volume(tb)) +
             " elements of the box " + to_string(tb));
     }
   }
@@ -412,33 +422,47 @@ inline std::vector<std::size_t> plan_part_of_targets(const checkpoint_plan& p, s
   return of;
 }
 
-/// Part `index` of `parts` (0-based) of `p`: its targets (plan_part_of_targets), in the plan's
-/// order, the sources they read and the totals summed again. The parts are disjoint and
-/// together hold every target.
-inline checkpoint_plan plan_part(const checkpoint_plan& p, std::size_t index, std::size_t parts) {
-  if (parts == 0 || index >= parts)
-    report_error("plan part " + std::to_string(index + 1) + "/" + std::to_string(parts) +
-                 ": a part is I/K with 1 <= I <= K");
-  const auto of = plan_part_of_targets(p, parts);
-  checkpoint_plan q;
+/// The part of `p` whose targets are those i with of[i] == index (`of`: plan_part_of_targets), in
+/// the plan's order: the sources they read, the senders' boxes and the casts of their items, and
+/// the totals summed again.
+inline checkpoint_plan plan_part(const checkpoint_plan& p, const std::vector<std::size_t>& of, std::size_t index) {
+  RESHARD_EXPECTS(of.size() == p.targets.size(), "plan_part: one part index per target");
+  checkpoint_plan q;  // every field of p but those that follow the targets (targets, holds, casts)
   q.sources = p.sources;
   q.jobs = p.jobs;
   q.buffer_bytes = p.buffer_bytes;
   q.peak_memory_bound = p.peak_memory_bound;
   q.warnings = p.warnings;
-  q.holds = p.holds;
   q.crc = p.crc;
   q.chunk_bytes = p.chunk_bytes;
-  for (std::size_t i = 0; i < p.targets.size(); ++i)
-    if (of[i] == index) q.targets.push_back(p.targets[i]);
-  sum_plan(q, [](index_t) { return std::filesystem::path(); });  // every source read is listed in p
   std::set<std::string_view> names;
-  for (const auto& t : q.targets)
-    for (const auto& it : t.items) names.insert(it.name);
-  q.casts.clear();
+  for (std::size_t i = 0; i < p.targets.size(); ++i) {
+    if (of[i] != index) continue;
+    const plan_target& t = q.targets.emplace_back(p.targets[i]);
+    for (const auto& it : t.items) {
+      names.insert(it.name);
+      if (it.transfers.empty()) continue;
+      const auto holds = p.holds.find(it.source_name);
+      if (holds == p.holds.end()) continue;  // a plan with a problem: check_checkpoint_plan says so
+      auto& mine = q.holds[it.source_name];
+      for (const auto& x : it.transfers)
+        if (const box* h = held_box(holds->second, x.rank)) mine.emplace_back(x.rank, *h);
+    }
+  }
+  for (auto& [name, by_rank] : q.holds) sort_by_rank(by_rank);
+  sum_plan(q, [](index_t) { return std::filesystem::path(); });  // every source read is listed in p
   for (const auto& c : p.casts)
     if (names.count(c.name)) q.casts.push_back(c);
   return q;
+}
+
+/// Part `index` of `parts` (0-based) of `p` (plan_part_of_targets). The parts are disjoint and
+/// together hold every target. To cut all the parts, deal once and call the overload above.
+inline checkpoint_plan plan_part(const checkpoint_plan& p, std::size_t index, std::size_t parts) {
+  if (parts == 0 || index >= parts)
+    report_error("plan part " + std::to_string(index + 1) + "/" + std::to_string(parts) +
+                 ": a part is I/K with 1 <= I <= K");
+  return plan_part(p, plan_part_of_targets(p, parts), index);
 }
 
 }  // namespace reshard::io

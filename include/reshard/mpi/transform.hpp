@@ -124,9 +124,9 @@ inline std::vector<std::string> allgather_text(MPI_Comm comm, const std::string&
   return out;
 }
 
-// Process 0's parts[k] on process k (collective; `parts` is read on process 0 only): the sizes
+// Process 0's parts[k] on process k (collective; `parts` is used on process 0 only): the sizes
 // scattered, then each part sent in pieces of at most 1 GiB, waiting without spinning.
-inline std::string scatter_parts(MPI_Comm comm, const std::vector<std::string>& parts) {
+inline std::string scatter_parts(MPI_Comm comm, std::vector<std::string>& parts) {
   int me = 0, size = 1;
   check_mpi(MPI_Comm_rank(comm, &me), transform_op, "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm, &size), transform_op, "MPI_Comm_size");
@@ -147,7 +147,7 @@ inline std::string scatter_parts(MPI_Comm comm, const std::vector<std::string>& 
         wait_idle(request);
       }
     }
-    return parts.front();
+    return std::move(parts.front());
   }
   std::string out(static_cast<std::size_t>(mine), '\0');
   for (std::size_t at = 0; at < out.size(); at += piece) {
@@ -410,7 +410,7 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
         head[0] = plan.targets.size();
         head[1] = plan.bytes_written;
         for (int k = 0; k < size; ++k)
-          parts.push_back(io::plan_to_bytes(io::plan_part(plan, static_cast<std::size_t>(k), static_cast<std::size_t>(size))));
+          parts.push_back(io::plan_to_bytes(io::plan_part(plan, part_of, static_cast<std::size_t>(k))));
       } catch (...) {
         std::tie(verdict, message) = detail::verdict_of(std::current_exception());
       }
