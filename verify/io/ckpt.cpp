@@ -515,6 +515,16 @@ TEST(ckpt_malformed, structural_errors) {
   const std::string a = checkpoint(value_msg("a", tensor_proto({1}, "Int8", "a")));
   const std::string b = checkpoint(value_msg("b", tensor_proto({1}, "Int8", "b")));
   EXPECT_TRUE(has(ok(a + b + a), "parameter 'a': appears again at byte"));
+  {  // the first repeat in file order is named, at the byte of its Value's payload
+    const std::string c = checkpoint(value_msg("c", tensor_proto({1}, "Int8", "c")));
+    const std::size_t head = a.size() - value_msg("a", tensor_proto({1}, "Int8", "a")).size();  // tag and length
+    const std::string at = std::to_string(a.size() + b.size() + c.size() + head);
+    EXPECT_TRUE(has(ok(a + b + c + b + a), "parameter 'b': appears again at byte " + at + " after"))
+        << ok(a + b + c + b + a);
+    const std::string at2 = std::to_string(c.size() + b.size() + 2 * a.size() + head);  // a + a: one tensor
+    EXPECT_TRUE(has(ok(c + b + a + a + c + b), "parameter 'c': appears again at byte " + at2 + " after"))
+        << ok(c + b + a + a + c + b);
+  }
   EXPECT_TRUE(has(ok(a + checkpoint(value_msg("a", tensor_proto({1}, "UInt8", "a")))),
                   "parameter 'a': piece 2 has dims [1] UInt8, the first piece has [1] Int8"));
   EXPECT_TRUE(has(ok(a + checkpoint(len_field(1, "a") + len_field(3, ""))), "parameter 'a': consecutive Values mix"));

@@ -165,6 +165,7 @@ class checkpoint_reader {
   explicit checkpoint_reader(std::filesystem::path path) : format_(format_of(path)) {
     if (format_ == checkpoint_format::ckpt) {
       ckpt_.emplace(std::move(path), ckpt_read_options{.verify_crc = false});
+      entries_.reserve(ckpt_->entries().size());
       for (const auto& e : ckpt_->entries())
         entries_.push_back({e.name, e.map_tensor, e.type, e.dims, e.pieces, &e});
     } else if (format_ == checkpoint_format::hf) {
@@ -176,6 +177,7 @@ class checkpoint_reader {
       for (const auto& e : st_->entries()) entries_.push_back({e.name, false, e.type, e.shape, {e.data}, nullptr});
       st_bytes_ = data_section_st();
     }
+    by_name_.reserve(entries_.size());
     for (std::size_t i = 0; i < entries_.size(); ++i) by_name_.emplace(entries_[i].name, i);
     struct ::stat st {};  // one stat: the size, the modification time and the file's identity
     if (::stat(path_ref().c_str(), &st) == 0) {
@@ -283,11 +285,8 @@ class checkpoint_reader {
   std::optional<safetensors_file> st_;
   std::unique_ptr<hf_checkpoint> hf_;
   std::vector<tensor_ref> entries_;
-  struct name_hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, std::size_t, name_hash, std::equal_to<>> by_name_;
+  // keyed by entries_' own names (entries_ is not changed after the constructor)
+  std::unordered_map<std::string_view, std::size_t> by_name_;
   std::uint64_t file_size_ = 0;
   std::int64_t mtime_ns_ = 0;
   std::pair<dev_t, ino_t> id_{0, 0};

@@ -214,8 +214,16 @@ inline ckpt_piece parse_ckpt_value(std::span<const std::byte> value, std::size_t
   ckpt_piece p;
   p.value = value;
   bool has_name = false, has_tensor = false, has_map = false;
-  wire_message::fail_fn fail = [&](const std::string& why) {
-    report_error(prefix + (has_name ? "parameter " + quote_name(p.name) : "Value at byte " + std::to_string(offset)) +
+  // What a failure names, behind one pointer: a std::function keeps a one-pointer lambda in place
+  // (no allocation for each Value read, and none for each copy into a wire_message).
+  const struct {
+    const std::string& prefix;
+    const bool& has_name;
+    const ckpt_piece& p;
+    std::size_t offset;
+  } who{prefix, has_name, p, offset};
+  wire_message::fail_fn fail = [w = &who](const std::string& why) {
+    report_error(w->prefix + (w->has_name ? "parameter " + quote_name(w->p.name) : "Value at byte " + std::to_string(w->offset)) +
                  ": " + why);
   };
   wire_message m(value.data(), value.size(), fail);
@@ -279,7 +287,6 @@ inline ckpt_index index_ckpt(std::span<const std::byte> bytes, std::string_view 
     if (opts.verify_crc) check_crc_trailer(bytes, crc32(body), prefix);
   }
 
-  std::unordered_map<std::string, std::size_t> seen;
   std::size_t off = 0;
   while (off < body.size()) {
     const std::size_t at = off;
@@ -293,29 +300,27 @@ inline ckpt_index index_ckpt(std::span<const std::byte> bytes, std::string_view 
       continue;
     }
     top.expect_wire(tag, wt_len, "Checkpoint.value");
-    const auto value = top.bytes_or_named_truncation("Value at byte " + std::to_string(at), [&](const auto& name) {
-      return prefix + (name ? "parameter " + quote_name(*name) + ": " : std::string());
-    });
+    const auto value = top.bytes_or_named_truncation([&] { return "Value at byte " + std::to_string(at); },
+                                                     [&](const auto& name) {
+                                                       return prefix + (name ? "parameter " + quote_name(*name) + ": " : std::string());
+                                                     });
     const std::size_t value_off = off + static_cast<std::size_t>(value.data() - (body.data() + off));
     ckpt_piece p = parse_ckpt_value(value, value_off, prefix);
     off = value_off + value.size();
 
-    const std::string who = prefix + "parameter " + quote_name(p.name) + ": ";
+    const auto who = [&] { return prefix + "parameter " + quote_name(p.name) + ": "; };
     if (!index.entries.empty() && index.entries.back().name == p.name) {
       ckpt_entry& e = index.entries.back();
       if (e.map_tensor != p.map_tensor)
-        report_error(who + "consecutive Values mix tensor and maptensor");
+        report_error(who() + "consecutive Values mix tensor and maptensor");
       if (!e.map_tensor && (e.type != p.type || e.dims != p.dims))
-        report_error(who + "piece " + std::to_string(e.values.size() + 1) + " has dims " + format_dims(p.dims) + " " +
+        report_error(who() + "piece " + std::to_string(e.values.size() + 1) + " has dims " + format_dims(p.dims) + " " +
                      std::string(ms_name(p.type)) + ", the first piece has " + format_dims(e.dims) + " " +
                      std::string(ms_name(e.type)));
       if (!e.map_tensor) e.pieces.push_back(p.content);
       e.values.push_back(p.value);
       continue;
     }
-    if (!seen.emplace(p.name, index.entries.size()).second)
-      report_error(who + "appears again at byte " + std::to_string(value_off) +
-                   " after other parameters (only consecutive Values of one parameter form one tensor)");
     ckpt_entry e;
     e.name = std::move(p.name);
     e.map_tensor = p.map_tensor;
@@ -326,6 +331,23 @@ inline ckpt_index index_ckpt(std::span<const std::byte> bytes, std::string_view 
     index.entries.push_back(std::move(e));
   }
   if (index.entries.empty()) report_error(prefix + "holds no parameters");
+  // A name whose Values are not consecutive: the first entry (in file order) whose name an
+  // earlier entry has, found by sorting the entries by name (no table of names while reading).
+  std::vector<std::size_t> by_name(index.entries.size());
+  for (std::size_t i = 0; i < by_name.size(); ++i) by_name[i] = i;
+  std::sort(by_name.begin(), by_name.end(), [&](std::size_t a, std::size_t b) {
+    const int c = index.entries[a].name.compare(index.entries[b].name);
+    return c != 0 ? c < 0 : a < b;
+  });
+  std::size_t again = by_name.size();
+  for (std::size_t k = 1; k < by_name.size(); ++k)
+    if (index.entries[by_name[k]].name == index.entries[by_name[k - 1]].name) again = std::min(again, by_name[k]);
+  if (again != by_name.size()) {
+    const ckpt_entry& e = index.entries[again];
+    report_error(prefix + "parameter " + quote_name(e.name) + ": appears again at byte " +
+                 std::to_string(e.values.front().data() - bytes.data()) +
+                 " after other parameters (only consecutive Values of one parameter form one tensor)");
+  }
   for (const auto& e : index.entries) {
     if (e.map_tensor) continue;
     if (auto why = ckpt_content_mismatch(e.type, e.dims, e.content_size()))
@@ -340,6 +362,7 @@ class ckpt_file {
  public:
   explicit ckpt_file(std::filesystem::path path, ckpt_read_options opts = {})
       : file_(std::move(path), "ckpt"), index_(index_ckpt(file_.bytes(), file_.path().string(), opts)) {
+    by_name_.reserve(index_.entries.size());
     for (std::size_t i = 0; i < index_.entries.size(); ++i) by_name_.emplace(index_.entries[i].name, i);
   }
 
@@ -351,7 +374,7 @@ class ckpt_file {
 
   /// The parameter `name`, or nullptr.
   const ckpt_entry* find(std::string_view name) const {
-    auto it = by_name_.find(std::string(name));
+    auto it = by_name_.find(name);
     return it == by_name_.end() ? nullptr : &index_.entries[it->second];
   }
   /// The parameter `name`; reshard::error if absent.
@@ -363,7 +386,9 @@ class ckpt_file {
  private:
   mapped_file file_;
   ckpt_index index_;
-  std::unordered_map<std::string, std::size_t> by_name_;
+  // keyed by the entries' own names: the entries are not changed after indexing, and a move of
+  // the vector keeps their addresses
+  std::unordered_map<std::string_view, std::size_t> by_name_;
 };
 
 struct ckpt_write_options {

@@ -68,7 +68,7 @@ struct param_info {
   std::vector<target_plan> dst;        // per target stage
   std::optional<partition> src_part;   // of src, arithmetic: each source rank's box, no O(M) tables
   std::optional<rank_planner> whole;   // listed in the source strategy only: src -> whole_on_targets
-  std::set<index_t> checked;  // source ranks whose entry was checked
+  std::vector<bool> checked;  // by source rank: its entry was checked (sized on first use)
 };
 
 // One parameter of one target file.
@@ -361,26 +361,29 @@ class parameter_catalogue {
 
   // A tensor the transform reads for p: a plain tensor of one dtype (the same in every file).
   void check_tensor(const tensor_ref& e, const std::string& file, param_info& p) {
-    const std::string who = op_ + ": " + file + ": parameter " + quote_name(p.name) + ": ";
+    const auto who = [&] { return op_ + ": " + file + ": parameter " + quote_name(p.name) + ": "; };
     if (e.map_tensor)
-      report_error(who + "is a map tensor; a strategy cannot slice it (only unlisted map tensors are copied)");
+      report_error(who() + "is a map tensor; a strategy cannot slice it (only unlisted map tensors are copied)");
     if (e.type == dtype::str)
-      report_error(who + "is a str tensor; a strategy cannot slice it (only unlisted str tensors are copied)");
+      report_error(who() + "is a str tensor; a strategy cannot slice it (only unlisted str tensors are copied)");
     if (!p.type_known) {
       p.type = e.type;
       p.type_known = true;
       p.type_file = file;
     } else if (e.type != p.type) {
-      report_error(who + "dtype " + std::string(ms_name(e.type)) + " differs from " + std::string(ms_name(p.type)) +
+      report_error(who() + "dtype " + std::string(ms_name(e.type)) + " differs from " + std::string(ms_name(p.type)) +
                    " in " + p.type_file + " (mixed dtypes across ranks)");
     }
   }
 
   // Checks the source entry of p on source rank r (once per rank).
   void check_source(param_info& p, index_t r) {
-    if (!p.checked.insert(r).second) return;
+    RESHARD_EXPECTS(r >= 0 && r < M_, "transform: check_source: a rank outside the source strategy");
+    if (p.checked.empty()) p.checked.resize(static_cast<std::size_t>(M_));
+    if (p.checked[static_cast<std::size_t>(r)]) return;
+    p.checked[static_cast<std::size_t>(r)] = true;
     const auto& rd = open(r);
-    const std::string file = rd.path().string();
+    const std::string& file = rd.path().native();
     const tensor_ref* e = rd.find(p.name);
     if (!e) {
       if (p.src_entries)

@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace reshard::io::detail {
@@ -71,11 +72,18 @@ class wire_message {
     if (!in_.ReadVarint64(&v)) fail("truncated or malformed varint for " + std::string(what));
     return v;
   }
+  /// The length prefix of the field `what` (its message built only on a failure: this runs for
+  /// every field of every Value a checkpoint index reads).
+  std::uint64_t length_of(std::string_view what) {
+    std::uint64_t v = 0;
+    if (!in_.ReadVarint64(&v)) fail("truncated or malformed varint for " + std::string(what) + " length");
+    return v;
+  }
 
   /// Reads a length prefix and checks it against the bytes left; returns the span of the payload
   /// without consuming it.
   std::span<const std::byte> length_delimited(std::string_view what) {
-    const std::uint64_t len = varint(std::string(what) + " length");
+    const std::uint64_t len = length_of(what);
     const std::size_t left = size_ - position();
     if (len > left)
       fail(std::string(what) + " claims " + std::to_string(len) + " bytes but only " + std::to_string(left) +
@@ -133,12 +141,18 @@ class wire_message {
   /// fails with "<context(name)><what> claims N bytes but only M remain", where name is the
   /// string field 1 at the start of the partial payload when it is readable (the parameter or
   /// node name of MindSpore's messages), so that truncation errors can name what was cut.
-  template <class Context>
-  std::span<const std::byte> bytes_or_named_truncation(std::string_view what, Context&& context) {
-    const std::uint64_t len = varint(std::string(what) + " length");
+  /// `what` is a string, or a callable that makes it (called only on a failure).
+  template <class What, class Context>
+  std::span<const std::byte> bytes_or_named_truncation(What&& what, Context&& context) {
+    const auto name = [&]() -> std::string {
+      if constexpr (std::is_invocable_v<What&>) return what();
+      else return std::string(what);
+    };
+    std::uint64_t len = 0;
+    if (!in_.ReadVarint64(&len)) fail("truncated or malformed varint for " + name() + " length");
     const std::span<const std::byte> rest(data_ + position(), size_ - position());
     if (len > rest.size())
-      report_named(context(peek_field1_string(rest)) + std::string(what) + " claims " + std::to_string(len) +
+      report_named(context(peek_field1_string(rest)) + name() + " claims " + std::to_string(len) +
                    " bytes but only " + std::to_string(rest.size()) + " remain (truncated file?)");
     in_.Skip(static_cast<int>(len));
     return rest.first(static_cast<std::size_t>(len));
