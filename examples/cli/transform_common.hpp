@@ -399,7 +399,8 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
             << " parameters copied unchanged)\n"
             << "  sources read    " << s.source_files << " file" << (s.source_files == 1 ? "" : "s") << " of "
             << format_bytes(static_cast<double>(s.source_bytes)) << "; tensor bytes copied "
-            << format_bytes(static_cast<double>(s.bytes_read)) << '\n'
+            << format_bytes(static_cast<double>(s.bytes_read)) << ", read from the files "
+            << format_bytes(static_cast<double>(s.file_bytes_read)) << '\n'
             << "  bytes written   " << format_bytes(static_cast<double>(s.bytes_written)) << '\n'
             << "  time            " << time << ", " << progress_bar::short_bytes(s.throughput()) << "/s written\n"
             << "  jobs            " << s.jobs << (s.jobs == 1 ? " target file at a time" : " target files at a time")

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -288,6 +289,16 @@ transform_summary dry_run_of(const reshard_test::temp_dir& dir, const scenario& 
   write(dir.path(), s);
   return transform_checkpoints(dir / "src", dir / "out", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
                                {.sync = false, .dry_run = true});
+}
+
+// The source files of `pl`, opened into `readers`.
+plan_sources open_sources(const checkpoint_plan& pl, std::map<index_t, std::unique_ptr<checkpoint_reader>>& readers) {
+  plan_sources sources;
+  for (const auto& [r, src] : pl.sources) {
+    readers.emplace(r, std::make_unique<checkpoint_reader>(src.path));
+    sources.emplace(r, readers.at(r).get());
+  }
+  return sources;
 }
 
 // Does target t get parameter p (its stage lists it, or the target strategy does not)?
@@ -746,11 +757,7 @@ RC_GTEST_PROP(engine_plans, the_executor_reads_the_plans_bytes_from_each_file, (
   const transform_summary dry = dry_run_of(dir, s);
   const checkpoint_plan& pl = *dry.plan;
   std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
-  plan_sources sources;
-  for (const auto& [r, src] : pl.sources) {
-    readers.emplace(r, std::make_unique<checkpoint_reader>(src.path));
-    sources.emplace(r, readers.at(r).get());
-  }
+  const plan_sources sources = open_sources(pl, readers);
   const std::uint64_t buffer = *rc::gen::elementOf(std::vector<std::uint64_t>{64, 4096, 4 << 20});
   plan_executor run(pl, sources, {1, buffer}, *rc::gen::element(read_mode::mmap, read_mode::pread), "test");
   std::vector<std::vector<std::byte>> memory;
@@ -771,4 +778,130 @@ RC_GTEST_PROP(engine_plans, the_executor_reads_the_plans_bytes_from_each_file, (
   for (const auto& m : memory) filled += m.size();
   RC_ASSERT(given == pl.bytes_written);
   RC_ASSERT(filled == pl.bytes_written);
+}
+
+namespace {
+
+// Every target of `pl` executed into memory, by run_targets over `groups`: per target, its
+// tensors' bytes in order; `file_bytes` gets the bytes the reads took from the files.
+std::vector<std::vector<std::vector<std::byte>>> execute_in_groups(const checkpoint_plan& pl, const plan_sources& sources,
+                                                                   std::uint64_t buffer, read_mode mode,
+                                                                   const std::vector<std::vector<std::size_t>>& groups,
+                                                                   std::uint64_t& file_bytes, std::uint64_t& needed) {
+  plan_executor run(pl, sources, {1, buffer}, mode, "test");
+  std::vector<std::vector<std::vector<std::byte>>> out(pl.targets.size());
+  file_bytes = needed = 0;
+  for (const auto& group : groups) {
+    std::deque<tensor_allocator> allocators;  // a memory_sink keeps a reference to its allocator
+    std::vector<std::unique_ptr<memory_sink>> sinks;
+    std::vector<tensor_sink*> outs;
+    for (std::size_t i : group) {
+      auto& mine = out[i];
+      const tensor_allocator& allocate = allocators.emplace_back(
+          [&mine](index_t, std::string_view, dtype, std::span<const std::int64_t>, std::uint64_t bytes) {
+            mine.emplace_back(static_cast<std::size_t>(bytes));
+            return std::span<std::byte>(mine.back());
+          });
+      sinks.push_back(std::make_unique<memory_sink>(allocate, pl.targets[i].rank));
+      outs.push_back(sinks.back().get());
+    }
+    for (const auto& s : run.run_targets(group, outs)) file_bytes += s.file_bytes_read, needed += s.bytes_read;
+  }
+  return out;
+}
+
+std::vector<index_t> ranks_read(const plan_target& t) {
+  std::vector<index_t> r;
+  for (const auto& it : t.items)
+    for (const auto& x : it.transfers) r.push_back(x.rank);
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  return r;
+}
+
+}  // namespace
+
+// Read groups (law E7): read_groups cuts the targets into runs of consecutive targets that read
+// the same source files, each target in exactly one group, at most `most` to a group; executed
+// together (run_targets) a group gives every target the bytes it gets alone; in mmap both copy
+// exactly the bytes needed from the mappings, and alone a target reads at least what it needs.
+RC_GTEST_PROP(engine_plans, read_groups_write_what_targets_alone_write, ()) {
+  const scenario s = gen_scenario();
+  reshard_test::temp_dir dir;
+  const transform_summary dry = dry_run_of(dir, s);
+  const checkpoint_plan& pl = *dry.plan;
+  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
+  const plan_sources sources = open_sources(pl, readers);
+  const std::size_t most = *rc::gen::inRange<std::size_t>(1, 9);
+  const auto groups = read_groups(pl, most);
+  std::size_t next = 0;
+  for (const auto& g : groups) {
+    RC_ASSERT(!g.empty());
+    RC_ASSERT(g.size() <= most);
+    for (std::size_t i : g) RC_ASSERT(i == next++);  // every target once, in order
+    for (std::size_t i : g) {
+      RC_ASSERT(ranks_read(pl.targets[i]) == ranks_read(pl.targets[g.front()]));
+      RC_ASSERT(pl.targets[i].items.size() == pl.targets[g.front()].items.size());
+    }
+    if (g.size() > 1) RC_ASSERT(!ranks_read(pl.targets[g.front()]).empty());
+  }
+  RC_ASSERT(next == pl.targets.size());
+  std::vector<std::vector<std::size_t>> alone;
+  for (std::size_t i = 0; i < pl.targets.size(); ++i) alone.push_back({i});
+  const std::uint64_t buffer = *rc::gen::elementOf(std::vector<std::uint64_t>{64, 4096, 4 << 20});
+  const read_mode mode = *rc::gen::element(read_mode::mmap, read_mode::pread);
+  std::uint64_t file_alone = 0, file_grouped = 0, need_alone = 0, need_grouped = 0;
+  const auto by_one = execute_in_groups(pl, sources, buffer, mode, alone, file_alone, need_alone);
+  const auto together = execute_in_groups(pl, sources, buffer, mode, groups, file_grouped, need_grouped);
+  RC_ASSERT(together == by_one);
+  RC_ASSERT(need_grouped == pl.bytes_read);
+  RC_ASSERT(need_alone == pl.bytes_read);
+  if (mode == read_mode::mmap) {  // copied from the mappings: the bytes needed
+    RC_ASSERT(file_grouped == pl.bytes_read);
+    RC_ASSERT(file_alone == pl.bytes_read);
+  } else {  // alone a target reads at least what it needs; a group may need a range twice and read it once
+    RC_ASSERT(file_alone >= pl.bytes_read);
+    RC_ASSERT(file_grouped > 0 || pl.bytes_read == 0);
+  }
+}
+
+// The case read groups are for: 4 row blocks read as a 2x4 grid. Alone, each of the 4 targets of
+// a row of the grid reads its two files' rows whole (it needs a quarter of every row, and one
+// read of a range is cheaper than a read per row); together they read each row once: 1.00 of
+// the bytes needed, against 4x.
+TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
+  scenario s;
+  s.src.dev = {4};
+  s.dst.dev = {2, 4};
+  param p;
+  p.name = "w";
+  p.shape = {8, 256};
+  p.src.dev_matrix = {4};
+  p.src.tensor_map = {{0}, {-1}};
+  param_layout d;
+  d.dev_matrix = {2, 4};
+  d.tensor_map = {{1}, {0}};
+  p.dst = {0, d};
+  s.params.push_back(p);
+  reshard_test::temp_dir dir;
+  const transform_summary dry = dry_run_of(dir, s);
+  const checkpoint_plan& pl = *dry.plan;
+  const auto groups = read_groups(pl, 8);
+  ASSERT_EQ(groups, (std::vector<std::vector<std::size_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
+  const plan_sources sources = open_sources(pl, readers);
+  std::vector<std::vector<std::size_t>> alone;
+  for (std::size_t i = 0; i < pl.targets.size(); ++i) alone.push_back({i});
+  std::uint64_t file_alone = 0, file_grouped = 0, need_alone = 0, need_grouped = 0;
+  const auto by_one = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, alone, file_alone, need_alone);
+  const auto together = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, groups, file_grouped, need_grouped);
+  EXPECT_EQ(together, by_one);
+  const std::uint64_t w = 8 * 256 * 8;  // the tensor's bytes (int64)
+  EXPECT_EQ(need_grouped, w + 8 * 8);   // and global_step's, once per target
+  EXPECT_EQ(file_grouped, need_grouped);
+  EXPECT_GT(file_alone, 2 * w);  // each target read its rows whole (all but the last row's tail)
+  // and transform_checkpoints (two jobs, no memory budget) reads as the groups do
+  const transform_summary run = transform_checkpoints(dir / "src", dir / "run", "c_", dir / "src_strategy.ckpt",
+                                                      dir / "dst_strategy.ckpt", {.jobs = 2, .sync = false});
+  EXPECT_EQ(run.file_bytes_read, run.bytes_read);
 }

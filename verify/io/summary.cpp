@@ -32,6 +32,7 @@ io::transform_summary random_summary() {
   s.source_files = *rc::gen::inRange<std::size_t>(0, 1000);
   s.source_bytes = *rc::gen::arbitrary<std::uint64_t>();
   s.bytes_read = *rc::gen::arbitrary<std::uint64_t>();
+  s.file_bytes_read = *rc::gen::arbitrary<std::uint64_t>();
   s.bytes_written = *rc::gen::arbitrary<std::uint64_t>();
   s.seconds = *rc::gen::inRange(0, 1 << 20) / 1024.0;
   s.peak_rss_bytes = *rc::gen::arbitrary<std::uint64_t>();
@@ -69,6 +70,7 @@ void expect_same(const io::transform_summary& a, const io::transform_summary& b)
   RC_ASSERT(a.source_files == b.source_files);
   RC_ASSERT(a.source_bytes == b.source_bytes);
   RC_ASSERT(a.bytes_read == b.bytes_read);
+  RC_ASSERT(a.file_bytes_read == b.file_bytes_read);
   RC_ASSERT(a.bytes_written == b.bytes_written);
   RC_ASSERT(a.seconds == b.seconds);
   RC_ASSERT(a.peak_rss_bytes == b.peak_rss_bytes);
@@ -136,7 +138,7 @@ RC_GTEST_PROP(summary, merge_sums_maxima_minima_and_unions_every_field, ()) {
   std::vector<io::transform_summary> parts;
   for (int i = 0; i < n; ++i) parts.push_back(random_summary());
   const auto m = io::merge_summaries(parts);
-  std::uint64_t files = 0, bytes_written = 0, jobs = 0;
+  std::uint64_t files = 0, bytes_written = 0, jobs = 0, bytes_read = 0, file_bytes_read = 0;
   double seconds = 0;
   std::uint64_t rss = 0, buffer = parts.front().buffer_bytes;
   bool synced = true;
@@ -145,6 +147,8 @@ RC_GTEST_PROP(summary, merge_sums_maxima_minima_and_unions_every_field, ()) {
   for (const auto& p : parts) {
     files += p.files;
     bytes_written += p.bytes_written;
+    bytes_read += p.bytes_read;  // modulo 2^64, as the merge adds them
+    file_bytes_read += p.file_bytes_read;
     jobs += p.jobs;
     seconds = std::max(seconds, p.seconds);
     rss = std::max(rss, p.peak_rss_bytes);
@@ -163,6 +167,8 @@ RC_GTEST_PROP(summary, merge_sums_maxima_minima_and_unions_every_field, ()) {
   }
   RC_ASSERT(m.files == files);
   RC_ASSERT(m.bytes_written == bytes_written);
+  RC_ASSERT(m.bytes_read == bytes_read);
+  RC_ASSERT(m.file_bytes_read == file_bytes_read);
   RC_ASSERT(m.jobs == jobs);
   RC_ASSERT(m.seconds == seconds);
   RC_ASSERT(m.peak_rss_bytes == rss);

@@ -233,7 +233,8 @@ class transform_job {
     staging_ = std::make_unique<staged_outputs>(op_, opts_.force, opts_.sync);
     const bool digests = opts_.digests || !opts_.manifest.empty();
     summary_ = stage_plan(*plan_, sources(), *staging_,
-                          {{threads(), exec_.buffer_bytes}, reads(), opts_.sync, digests, opts_.progress}, opts_.manifest,
+                          {{threads(), exec_.buffer_bytes}, reads(), opts_.sync, digests, opts_.progress, opts_.max_memory == 0},
+                          opts_.manifest,
                           opts_.manifest.empty() ? source_node_map{} : source_inodes(catalogue_.files()), opts_.force, op_);
     phase_ = phase::staged;
   }

@@ -50,6 +50,10 @@ struct plan_write_config {
   bool sync = true;      ///< write-back started as the files grow (staged_outputs::sync fsyncs them)
   bool digests = false;  ///< SHA-256 of every file written
   std::function<void(const transform_progress&)> progress{};
+  /// The targets that read the same source files written together, each range they share read
+  /// once (read_groups; at most as many to a group as targets per job, and 8). Off under a memory
+  /// budget: each target of a group holds its file writer's buffer.
+  bool read_groups = true;
 };
 
 /// Writes every target of `plan` to staged files of `out` (parallel over targets); the caller
@@ -67,14 +71,26 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   plan_executor run(plan, sources, c.exec, c.reads, op, c.progress);
   const file_sink_options fo{plan.crc, plan.chunk_bytes, c.sync ? durability::deferred : durability::none, c.digests};
   std::vector<transform_summary> per(plan.targets.size());
-  reshard::parallel_for(plan.targets.size(), std::max(c.exec.jobs, 1u), [&](std::size_t i) {
-    target_file_sink sink(plan.targets[i], std::move(parts[i]), fo);
-    transform_summary s = run.run_target(i, sink);
-    s.written = std::move(sink.records());
-    s.files = s.written.size();
-    s.bytes_written = 0;
-    for (const auto& w : s.written) s.bytes_written += w.bytes;
-    per[i] = std::move(s);
+  const unsigned jobs = std::max(c.exec.jobs, 1u);
+  const std::size_t most = c.read_groups ? std::clamp<std::size_t>((plan.targets.size() + jobs - 1) / jobs, 1, 8) : 1;
+  const auto groups = read_groups(plan, most);
+  reshard::parallel_for(groups.size(), jobs, [&](std::size_t k) {
+    const std::vector<std::size_t>& group = groups[k];
+    std::vector<std::unique_ptr<target_file_sink>> sinks;
+    std::vector<tensor_sink*> outs;
+    for (std::size_t i : group) {
+      sinks.push_back(std::make_unique<target_file_sink>(plan.targets[i], std::move(parts[i]), fo));
+      outs.push_back(sinks.back().get());
+    }
+    std::vector<transform_summary> done = run.run_targets(group, outs);
+    for (std::size_t g = 0; g < group.size(); ++g) {
+      transform_summary& s = done[g];
+      s.written = std::move(sinks[g]->records());
+      s.files = s.written.size();
+      s.bytes_written = 0;
+      for (const auto& w : s.written) s.bytes_written += w.bytes;
+      per[group[g]] = std::move(s);
+    }
   });
   return merge_summaries(std::span<transform_summary>(per), true);
 }
@@ -299,7 +315,7 @@ class plan_run {
     RESHARD_EXPECTS(phase_ == phase::checked, "plan_run: stage() before check(), or twice");
     staging_ = std::make_unique<staged_outputs>(op_, o_.force, o_.sync);
     const plan_write_config c{{jobs(), o_.buffer_bytes}, reads(), o_.sync, o_.digests || !o_.manifest.empty(),
-                              o_.progress};
+                              o_.progress, o_.max_memory == 0};
     summary_ = stage_plan(plan_, sources_, *staging_, c, o_.manifest, nodes_, o_.force, op_);
     phase_ = phase::staged;
   }

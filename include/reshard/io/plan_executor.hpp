@@ -11,13 +11,19 @@
 // copies from the mappings, whose pages the page budget (page_budget.hpp) releases. Either way
 // the peak resident memory is a few buffers per job beside the file indexes.
 //
+// Read groups: targets that read the same source files (read_groups: four row blocks written as
+// a 2x4 grid, where the four targets of a grid row each need a quarter of every row of the same
+// two files) are executed together, chunk round by chunk round (run_targets), and the ranges of
+// one file their chunks need are read as one: each byte once, where alone each target read the
+// rows whole and kept a quarter. Each target of a group gets a share of the job's buffer.
+//
 // Checks: before it reads an item, the executor checks the item against the source file's index
 // (the tensor exists, with the plan's dtype, the dims of the box the plan says the sender holds,
 // and for a raw copy the stored ranges the plan names), so a plan that disagrees with its
 // sources is an error naming the file and the parameter, never wrong bytes.
 //
-// This header holds one algorithm, the chunked assembly of a sliced item from its transfers in
-// both read modes, and reads best whole; it is about 400 lines.
+// This header holds one algorithm, the chunked assembly of sliced items from their transfers in
+// both read modes, alone or in read groups, and reads best whole; it is about 550 lines.
 #pragma once
 
 #include <reshard/box.hpp>
@@ -154,6 +160,34 @@ inline void copy_from_pieces(std::span<const std::span<const std::byte>> pieces,
 
 }  // namespace detail
 
+/// The targets of `plan` in read groups, for plan_executor::run_targets: runs of consecutive
+/// targets with as many items whose sliced items read the same source files (the same ranks), at
+/// most `most` to a group; a target with no sliced item is a group alone. The targets of a group
+/// need the same rows of the same files when they split them differently (4 row blocks read as a
+/// 2x4 grid: the 4 targets of a row read the same 2 files), and executed together they read each
+/// such range once. Every target is in exactly one group, the groups in the plan's order.
+inline std::vector<std::vector<std::size_t>> read_groups(const checkpoint_plan& plan, std::size_t most) {
+  std::vector<std::vector<std::size_t>> out;
+  std::vector<index_t> prev, ranks;
+  for (std::size_t i = 0; i < plan.targets.size(); ++i) {
+    const plan_target& t = plan.targets[i];
+    ranks.clear();
+    for (const plan_item& it : t.items)
+      for (const plan_transfer& x : it.transfers) ranks.push_back(x.rank);
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    const bool joins = !out.empty() && !ranks.empty() && out.back().size() < most && ranks == prev &&
+                       plan.targets[out.back().front()].items.size() == t.items.size();
+    if (joins) {
+      out.back().push_back(i);
+    } else {
+      out.push_back({i});
+    }
+    prev.swap(ranks);
+  }
+  return out;
+}
+
 /// The source files of a plan, by rank.
 using plan_sources = std::map<index_t, const checkpoint_reader*>;
 
@@ -171,34 +205,61 @@ class plan_executor {
   plan_executor(const plan_executor&) = delete;
   plan_executor& operator=(const plan_executor&) = delete;
 
-  /// Executes target i of the plan into `out`: its items in order, open_file() before each
-  /// file's first, finish() at the end. Returns what was done: sliced, copied, bytes_read (tensor
-  /// bytes read from the sources), bytes_written (the tensor bytes given to the sink).
+  /// Executes target i of the plan into `out` (run_targets with a group of one).
   transform_summary run_target(std::size_t i, tensor_sink& out) {
-    const plan_target& t = plan_.targets.at(i);
-    transform_summary s;
-    std::vector<std::byte> buffer;
-    scratch_space scratch;  // reused by the target's sliced items
-    std::size_t files = 0;  // the files opened
-    for (const plan_item& it : t.items) {
-      if (it.file + 1 < files)
-        report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + detail::quote_name(it.name) +
-                     " comes after the items of a later file (the plan's items are out of file order)");
-      while (files <= it.file) out.open_file(files++);
-      if (it.raw) {
-        copy_raw(out, it, buffer, s);
-        ++s.copied;
-      } else {
-        assemble(out, it, buffer, scratch, s);
-        ++s.sliced;
+    tensor_sink* o = &out;
+    return std::move(run_targets(std::span<const std::size_t>(&i, 1), std::span<tensor_sink* const>(&o, 1)).front());
+  }
+
+  /// Executes the targets `group` of the plan (a read group: read_groups) into `outs`, one sink
+  /// each, in lockstep: the k-th items of all of them, then the (k+1)-th; the chunks of their
+  /// sliced items round by round, so that a source range several of them need is read once
+  /// (read_mode::pread). Each target's items reach its sink in order, open_file() before each
+  /// file's first, finish() at the end. Returns what was done per target: sliced, copied,
+  /// bytes_read (tensor bytes needed from the sources), file_bytes_read (bytes read from the
+  /// files; a range read for several targets is counted once, by the first), bytes_written (the
+  /// tensor bytes given to the sink).
+  std::vector<transform_summary> run_targets(std::span<const std::size_t> group, std::span<tensor_sink* const> outs) {
+    RESHARD_EXPECTS(!group.empty() && group.size() == outs.size(), "plan_executor: one sink per target of a group");
+    std::vector<transform_summary> s(group.size());
+    std::vector<member> m(group.size());
+    round_jobs r;  // reused by every chunk round of the group
+    std::size_t rounds = 0;
+    for (std::size_t g = 0; g < group.size(); ++g) rounds = std::max(rounds, plan_.targets.at(group[g]).items.size());
+    std::vector<std::size_t> sliced;  // the members whose item of this round is sliced
+    for (std::size_t k = 0; k < rounds; ++k) {
+      sliced.clear();
+      for (std::size_t g = 0; g < group.size(); ++g) {
+        const plan_target& t = plan_.targets[group[g]];
+        if (k >= t.items.size()) continue;
+        const plan_item& it = t.items[k];
+        if (it.file + 1 < m[g].files)
+          report_error(op_ + ": target rank " + std::to_string(t.rank) + ": parameter " + detail::quote_name(it.name) +
+                       " comes after the items of a later file (the plan's items are out of file order)");
+        while (m[g].files <= it.file) outs[g]->open_file(m[g].files++);
+        m[g].it = &it;
+        if (it.raw) {
+          copy_raw(*outs[g], it, m[g].buffer, s[g]);
+          ++s[g].copied;
+        } else {
+          sliced.push_back(g);
+          ++s[g].sliced;
+        }
       }
-      s.bytes_written += it.bytes;
-      report(t.rank, it.name, it.bytes, false);
+      if (!sliced.empty()) assemble(m, outs, sliced, r, s);
+      for (std::size_t g = 0; g < group.size(); ++g) {
+        const plan_target& t = plan_.targets[group[g]];
+        if (k >= t.items.size()) continue;
+        s[g].bytes_written += t.items[k].bytes;
+        report(t.rank, t.items[k].name, t.items[k].bytes, false);
+      }
     }
-    if (files == 0) out.open_file(0);
-    out.finish();
-    budget_.retire(read_by_target_[i]);
-    report(t.rank, {}, 0, true);
+    for (std::size_t g = 0; g < group.size(); ++g) {
+      if (m[g].files == 0) outs[g]->open_file(0);
+      outs[g]->finish();
+      budget_.retire(read_by_target_[group[g]]);
+      report(plan_.targets[group[g]].rank, {}, 0, true);
+    }
     return s;
   }
 
@@ -307,6 +368,7 @@ class plan_executor {
       out.end();
     }
     s.bytes_read += e.content_size();
+    s.file_bytes_read += e.content_size();
     counted(it.source_rank, e.content_size());
     for (auto p : e.pieces) budget_.touched(it.source_rank, p);
   }
@@ -319,173 +381,258 @@ class plan_executor {
     const box* held = nullptr;
     std::vector<std::uint64_t> starts;
   };
-  // What assembling an item needs besides the chunk buffer, kept from item to item of a target so
-  // that a target's items allocate once, not once each.
-  struct scratch_space {
-    std::vector<src_view> views;  // per transfer (the first transfers.size() are the item's)
-    std::vector<std::uint64_t> from;  // bytes read per transfer
-    std::vector<reshard::detail::copy_job> jobs;
-    std::vector<const src_view*> job_view;  // the source of each job
-    std::vector<std::pair<const src_view*, std::span<const std::byte>>> read;
-    std::vector<std::byte> range;   // pread: a job's source range, when its runs are short
+  // One target of a group being executed (run_targets): its buffers, kept from item to item so
+  // that a target's items allocate once, not once each, and the sliced item of the round.
+  struct member {
+    std::vector<std::byte> buffer;  // a chunk assembled (or cast) when the sink takes no direct writes
     std::vector<std::byte> staged;  // with a cast: the chunk in the source's dtype
+    std::vector<src_view> views;    // per transfer (the first transfers.size() are the item's)
+    std::vector<std::uint64_t> from;  // bytes read per transfer
+    std::vector<box> chunks;        // the item's chunks, in target coordinates, in order
+    std::size_t files = 0;          // the files opened
+    const plan_item* it = nullptr;  // the item of the round
+    std::byte* to = nullptr;        // the current chunk's destination
+    std::uint64_t bytes = 0, out_bytes = 0;  // the current chunk in the source's and the output's dtype
+  };
+  // The copy jobs of a chunk round, all members' (convert.hpp's copy jobs: from the sources'
+  // mappings into the members' chunks), and what reading them needs.
+  struct round_jobs {
+    std::vector<reshard::detail::copy_job> jobs;
+    std::vector<const src_view*> view;  // the source of each job
+    std::vector<std::size_t> owner;     // the member of each job
+    struct file_range {
+      index_t rank;
+      std::uint64_t lo, hi, need;  // the job's bytes in its file: [lo, hi), need of them copied
+      std::size_t job;
+    };
+    std::vector<file_range> ranges;
+    std::vector<std::byte> range;  // pread: a cluster of ranges read at once
   };
 
-  // A sliced item: the target box assembled chunk by chunk from the transfers.
-  void assemble(tensor_sink& out, const plan_item& it, std::vector<std::byte>& buffer, scratch_space& sc,
-                transform_summary& s) {
-    const std::size_t elem = element_size(it.from);
-    const bool cast = it.to != it.from;
-    const std::size_t out_elem = element_size(it.to);
+  // The sliced items of the members `who` (m[g].it, one each, the same round), assembled chunk
+  // by chunk: chunk c of every one of them, then chunk c + 1. A member's chunks are at most its
+  // share of the buffer (buffer_bytes / members), so that the group holds what one target did.
+  void assemble(std::span<member> m, std::span<tensor_sink* const> outs, std::span<const std::size_t> who,
+                round_jobs& r, std::span<transform_summary> s) {
+    std::size_t rounds = 0;
+    for (std::size_t g : who) {
+      start_item(m[g], *outs[g], m.size());
+      rounds = std::max(rounds, m[g].chunks.size());
+    }
+    for (std::size_t c = 0; c < rounds; ++c) {
+      r.jobs.clear();
+      r.view.clear();
+      r.owner.clear();
+      for (std::size_t g : who)
+        if (c < m[g].chunks.size()) add_chunk_jobs(m[g], g, *outs[g], m[g].chunks[c], r, s[g]);
+      if (reads_ == read_mode::pread) {
+        read_jobs(r, [&](std::size_t job, std::uint64_t bytes) { s[r.owner[job]].file_bytes_read += bytes; });
+      } else {
+        copy_mapped(r);
+        for (std::size_t k = 0; k < r.jobs.size(); ++k) {
+          const auto n = static_cast<std::uint64_t>(r.jobs[k].outer) * r.jobs[k].run;
+          s[r.owner[k]].file_bytes_read += n;
+        }
+      }
+      for (std::size_t g : who)
+        if (c < m[g].chunks.size()) emit(m[g], *outs[g]);
+    }
+    for (std::size_t g : who) {
+      member& x = m[g];
+      outs[g]->end();
+      for (std::size_t k = 0; k < x.it->transfers.size(); ++k) counted(x.it->transfers[k].rank, x.from[k]);
+      if (x.buffer.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(x.buffer);
+      if (x.staged.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(x.staged);
+    }
+    if (r.range.capacity() > 4 * exec_.buffer_bytes) std::vector<std::byte>().swap(r.range);
+  }
+
+  // Checks member x's item against the plan's source table and the source files, begins it in
+  // `out`, and cuts its box into chunks of at most buffer_bytes / `members` (in the larger of the
+  // source's and the target's dtype).
+  void start_item(member& x, tensor_sink& out, std::size_t members) {
+    const plan_item& it = *x.it;
+    const std::size_t elem = element_size(it.from), out_elem = element_size(it.to);
     const box& tb = it.target;
     const std::uint64_t total = static_cast<std::uint64_t>(volume(tb)) * out_elem;
     if (total != it.bytes)
       report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan says " + std::to_string(it.bytes) +
                    " bytes for the box " + to_string(tb) + " (a plan that does not add up)");
-    out.begin(it.name, it.to, it.dims, total);
-    if (sc.views.size() < it.transfers.size()) sc.views.resize(it.transfers.size());
-    const std::span<src_view> views(sc.views.data(), it.transfers.size());
-    std::size_t nv = 0;
+    if (x.views.size() < it.transfers.size()) x.views.resize(it.transfers.size());
     const auto holds = plan_.holds.find(it.source_name);  // what each sender's file holds of it
-    for (const plan_transfer& x : it.transfers) {
-      const box* held = holds == plan_.holds.end() ? nullptr : held_box(holds->second, x.rank);
+    for (std::size_t k = 0; k < it.transfers.size(); ++k) {
+      const plan_transfer& t = it.transfers[k];
+      const box* held = holds == plan_.holds.end() ? nullptr : held_box(holds->second, t.rank);
       if (!held)
         report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's source table does not say what "
-                     "source rank " + std::to_string(x.rank) + " holds (a plan that does not add up)");
-      const tensor_ref& e = source_tensor(x.rank, it, held);
-      if (intersect(x.where, *held) != x.where || intersect(x.where, tb) != x.where)
-        report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's transfer " + to_string(x.where) +
-                     " from source rank " + std::to_string(x.rank) + " is not inside both the box it holds, " +
+                     "source rank " + std::to_string(t.rank) + " holds (a plan that does not add up)");
+      const tensor_ref& e = source_tensor(t.rank, it, held);
+      if (intersect(t.where, *held) != t.where || intersect(t.where, tb) != t.where)
+        report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's transfer " + to_string(t.where) +
+                     " from source rank " + std::to_string(t.rank) + " is not inside both the box it holds, " +
                      to_string(*held) + ", and the target box " + to_string(tb));
-      src_view& v = views[nv++];
-      v.rank = x.rank;
+      src_view& v = x.views[k];
+      v.rank = t.rank;
       v.e = &e;
       v.held = held;
       detail::piece_starts(e, v.starts);
     }
-    std::vector<std::uint64_t>& from = sc.from;
-    from.assign(it.transfers.size(), 0);
-    auto& jobs = sc.jobs;
-    auto& job_view = sc.job_view;
-    auto& read = sc.read;
-    std::vector<std::byte>& scratch = sc.range;
-    std::vector<std::byte>& staged = sc.staged;
-    // chunks of at most buffer_bytes in the larger of the source's and the target's dtype
-    const std::uint64_t limit = exec_.buffer_bytes / std::max(elem, out_elem) * elem;
+    x.from.assign(it.transfers.size(), 0);
+    out.begin(it.name, it.to, it.dims, total);
+    const std::uint64_t limit = exec_.buffer_bytes / std::max<std::size_t>(members, 1) / std::max(elem, out_elem) * elem;
+    x.chunks.clear();
     detail::for_each_chunk(tb.extent, elem, limit, [&](const box& local) {
       box c = local;
       for (std::size_t i = 0; i < c.offset.size(); ++i) c.offset[i] += tb.offset[i];
-      const std::uint64_t bytes = static_cast<std::uint64_t>(volume(c)) * elem;
-      const std::uint64_t out_bytes = static_cast<std::uint64_t>(volume(c)) * out_elem;
-      // One copy job (convert.hpp) per transfer the chunk meets, from the source's mapping
-      // (offsets from the content's first stored piece; the others follow it) to the buffer, or
-      // straight to the target's memory. With a cast, the jobs assemble the chunk in the source's
-      // dtype in `staged`, and the whole chunk is cast from there while it is in the cache (one
-      // kernel call a chunk, not one a run: runs can be short).
-      std::byte* to = nullptr;
-      if (cast) {
-        staged.resize(static_cast<std::size_t>(bytes));
-        to = staged.data();
-      } else {
-        to = out.direct(static_cast<std::size_t>(bytes));
-        if (!to) buffer.resize(static_cast<std::size_t>(bytes)), to = buffer.data();
-      }
-      const auto emit = [&] {  // the assembled chunk to the output (cast first)
-        if (!cast) return out.append(std::span<const std::byte>(to, static_cast<std::size_t>(bytes)));
-        std::byte* o = out.direct(static_cast<std::size_t>(out_bytes));
-        if (!o) buffer.resize(static_cast<std::size_t>(out_bytes)), o = buffer.data();
-        const std::span<std::byte> cast_chunk(o, static_cast<std::size_t>(out_bytes));
-        cast_elements(std::span<const std::byte>(to, static_cast<std::size_t>(bytes)), it.from, cast_chunk, it.to);
-        out.append(cast_chunk);
-      };
-      jobs.clear();
-      job_view.clear();
-      read.clear();
-      for (std::size_t k = 0; k < it.transfers.size(); ++k) {
-        const box in = intersect(it.transfers[k].where, c);
-        if (volume(in) == 0) continue;
-        const auto& v = views[k];
-        const std::byte* base = v.e->pieces.front().data();
-        jobs.push_back(reshard::detail::make_copy_job(base, *v.held, to, c, in, elem));
-        job_view.push_back(&v);
-        const auto& j = jobs.back();
-        read.push_back({&v, std::span<const std::byte>(j.src, reshard::detail::source_span(j))});
-        s.bytes_read += static_cast<std::uint64_t>(volume(in)) * elem;
-        from[k] += static_cast<std::uint64_t>(volume(in)) * elem;
-      }
-      if (reads_ == read_mode::pread) {
-        for (std::size_t k = 0; k < jobs.size(); ++k)
-          read_job(jobs[k], *job_view[k]->e, job_view[k]->starts, source(job_view[k]->rank), scratch);
-        emit();
-        return;
-      }
-      // read_mode::mmap: the jobs gather the chunk in the buffer, read in place from the mappings.
-      std::size_t kept = 0;
-      for (std::size_t k = 0; k < jobs.size(); ++k) {
-        auto& j = jobs[k];
-        const auto& v = *job_view[k];
-        const std::byte* base = v.e->pieces.front().data();
-        const auto lo = static_cast<std::uint64_t>(j.src - base), hi = lo + reshard::detail::source_span(j);
-        const std::size_t first = detail::piece_of(v.starts, lo);
-        if (hi <= v.starts[first] + v.e->pieces[first].size()) {  // inside one stored piece
-          j.src = v.e->pieces[first].data() + (lo - v.starts[first]);
-          if (kept != k) jobs[kept] = std::move(j);
-          ++kept;
-        } else {  // across stored pieces: each run resolved through them
-          reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-            detail::copy_from_pieces(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), dst, n);
-          });
-        }
-      }
-      jobs.resize(kept);
-      reshard::detail::run_jobs(jobs, 1);
-      emit();
-      for (const auto& [v, range] : read) budget_.touched(v->rank, range);
+      x.chunks.push_back(std::move(c));
     });
-    out.end();
-    for (std::size_t k = 0; k < from.size(); ++k) counted(it.transfers[k].rank, from[k]);
-    if (buffer.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(buffer);
-    if (scratch.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(scratch);
-    if (staged.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(staged);
   }
 
-  // read_mode::pread: does copy job j (its source pointers in e's mapping, its destination the
-  // chunk buffer) with pread(2). The job's source range is read at once into `scratch` and copied
-  // from there when it is at most 4 times the bytes needed (or 64 KiB): one system call per range,
-  // which measured faster than one per run even for 16 KiB runs (docs/benchmarks.md). A sparser
-  // range is read run by run, each into its place.
-  static void read_job(reshard::detail::copy_job& j, const tensor_ref& e, const std::vector<std::uint64_t>& starts,
-                       const checkpoint_reader& rd, std::vector<std::byte>& scratch) {
-    const std::byte* base = e.pieces.front().data();  // content offsets are from here
-    const auto at = [&](std::uint64_t off) {            // the stored byte of content offset `off`
-      const std::size_t k = detail::piece_of(starts, off);
-      return e.pieces[k].data() + (off - starts[k]);
-    };
-    const std::uint64_t lo = static_cast<std::uint64_t>(j.src - base);
-    const std::uint64_t span = reshard::detail::source_span(j);
-    const std::uint64_t need = static_cast<std::uint64_t>(j.outer) * j.run;
-    if (span > std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10)) {
-      reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-        detail::for_each_stored(e.pieces, starts, static_cast<std::uint64_t>(src - base), n,
-                                [&](std::span<const std::byte> b) {
-                                  rd.pread_into(std::span<std::byte>(dst, b.size()), rd.offset_of(b.data()));
-                                  dst += b.size();
-                                });
-      });
-      return;
+  // The copy jobs of chunk `c` of member x (number g): one per transfer the chunk meets, from the
+  // source's mapping (offsets from the content's first stored piece; the others follow it) to the
+  // chunk's place: the target's memory, the buffer, or with a cast `staged` in the source's dtype
+  // (cast as a whole by emit(), while it is in the cache: one kernel call a chunk, not one a run).
+  void add_chunk_jobs(member& x, std::size_t g, tensor_sink& out, const box& c, round_jobs& r, transform_summary& s) {
+    const plan_item& it = *x.it;
+    const std::size_t elem = element_size(it.from);
+    x.bytes = static_cast<std::uint64_t>(volume(c)) * elem;
+    x.out_bytes = static_cast<std::uint64_t>(volume(c)) * element_size(it.to);
+    if (it.to != it.from) {
+      x.staged.resize(static_cast<std::size_t>(x.bytes));
+      x.to = x.staged.data();
+    } else {
+      x.to = out.direct(static_cast<std::size_t>(x.bytes));
+      if (!x.to) x.buffer.resize(static_cast<std::size_t>(x.bytes)), x.to = x.buffer.data();
     }
-    const std::uint64_t f_lo = rd.offset_of(at(lo)), f_hi = rd.offset_of(at(lo + span - 1)) + 1;
-    scratch.resize(static_cast<std::size_t>(f_hi - f_lo));
-    rd.pread_into(scratch, f_lo);
-    if (f_hi - f_lo == span) {  // inside one stored piece: the job runs from the scratch copy
-      j.src = scratch.data();
+    for (std::size_t k = 0; k < it.transfers.size(); ++k) {
+      const box in = intersect(it.transfers[k].where, c);
+      if (volume(in) == 0) continue;
+      const src_view& v = x.views[k];
+      r.jobs.push_back(reshard::detail::make_copy_job(v.e->pieces.front().data(), *v.held, x.to, c, in, elem));
+      r.view.push_back(&v);
+      r.owner.push_back(g);
+      const auto n = static_cast<std::uint64_t>(volume(in)) * elem;
+      s.bytes_read += n;
+      x.from[k] += n;
+    }
+  }
+
+  // Member x's assembled chunk to its sink (cast first).
+  void emit(member& x, tensor_sink& out) {
+    const plan_item& it = *x.it;
+    if (it.to == it.from) return out.append(std::span<const std::byte>(x.to, static_cast<std::size_t>(x.bytes)));
+    std::byte* o = out.direct(static_cast<std::size_t>(x.out_bytes));
+    if (!o) x.buffer.resize(static_cast<std::size_t>(x.out_bytes)), o = x.buffer.data();
+    const std::span<std::byte> cast_chunk(o, static_cast<std::size_t>(x.out_bytes));
+    cast_elements(std::span<const std::byte>(x.to, static_cast<std::size_t>(x.bytes)), it.from, cast_chunk, it.to);
+    out.append(cast_chunk);
+  }
+
+  // read_mode::mmap: the jobs gather the chunks, read in place from the mappings, whose pages the
+  // page budget then releases.
+  void copy_mapped(round_jobs& r) {
+    std::vector<std::pair<index_t, std::span<const std::byte>>> touched;
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < r.jobs.size(); ++k) {
+      auto& j = r.jobs[k];
+      const src_view& v = *r.view[k];
+      const std::byte* base = v.e->pieces.front().data();
+      touched.emplace_back(v.rank, std::span<const std::byte>(j.src, reshard::detail::source_span(j)));
+      const auto lo = static_cast<std::uint64_t>(j.src - base), hi = lo + reshard::detail::source_span(j);
+      const std::size_t first = detail::piece_of(v.starts, lo);
+      if (hi <= v.starts[first] + v.e->pieces[first].size()) {  // inside one stored piece
+        j.src = v.e->pieces[first].data() + (lo - v.starts[first]);
+        if (kept != k) r.jobs[kept] = std::move(j);
+        ++kept;
+      } else {  // across stored pieces: each run resolved through them
+        reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
+          detail::copy_from_pieces(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), dst, n);
+        });
+      }
+    }
+    r.jobs.resize(kept);
+    reshard::detail::run_jobs(r.jobs, 1);
+    for (const auto& [rank, range] : touched) budget_.touched(rank, range);
+  }
+
+  // read_mode::pread: does the round's copy jobs with pread(2). Each job needs a range of its
+  // source file; the ranges of one file that overlap or touch form a cluster, read at once into
+  // r.range when it spans at most 4 times the bytes its jobs copy (or 64 KiB), each job then
+  // copied from there: one system call per cluster, which measured faster than one per run even
+  // for 16 KiB runs (docs/benchmarks.md), and one read for all the targets of a group that need
+  // the same rows. A sparser cluster's jobs are read run by run, each run into its place.
+  // charge(job, bytes) is told the bytes each read took, once (a cluster's by its first job).
+  template <class Charge>
+  void read_jobs(round_jobs& r, Charge&& charge) {
+    r.ranges.clear();
+    for (std::size_t k = 0; k < r.jobs.size(); ++k) {
+      const auto& j = r.jobs[k];
+      const std::uint64_t span = reshard::detail::source_span(j);
+      if (span == 0) continue;
+      const src_view& v = *r.view[k];
+      const checkpoint_reader& rd = source(v.rank);
+      const std::uint64_t lo = static_cast<std::uint64_t>(j.src - v.e->pieces.front().data());
+      const auto file_offset = [&](std::uint64_t off) {  // of content byte `off`
+        const std::size_t p = detail::piece_of(v.starts, off);
+        return rd.offset_of(v.e->pieces[p].data() + (off - v.starts[p]));
+      };
+      r.ranges.push_back({v.rank, file_offset(lo), file_offset(lo + span - 1) + 1,
+                          static_cast<std::uint64_t>(j.outer) * j.run, k});
+    }
+    std::sort(r.ranges.begin(), r.ranges.end(), [](const auto& a, const auto& b) {
+      return a.rank != b.rank ? a.rank < b.rank : a.lo < b.lo;
+    });
+    for (std::size_t i = 0; i < r.ranges.size();) {
+      std::uint64_t hi = r.ranges[i].hi, need = r.ranges[i].need;
+      std::size_t e = i + 1;
+      for (; e < r.ranges.size() && r.ranges[e].rank == r.ranges[i].rank && r.ranges[e].lo <= hi; ++e) {
+        hi = std::max(hi, r.ranges[e].hi);
+        need += r.ranges[e].need;
+      }
+      const checkpoint_reader& rd = source(r.ranges[i].rank);
+      const std::uint64_t lo = r.ranges[i].lo;
+      if (hi - lo > std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10)) {
+        for (std::size_t q = i; q < e; ++q) {
+          read_runs(r.jobs[r.ranges[q].job], *r.view[r.ranges[q].job], rd);
+          charge(r.ranges[q].job, r.ranges[q].need);
+        }
+      } else {
+        r.range.resize(static_cast<std::size_t>(hi - lo));
+        rd.pread_into(r.range, lo);
+        charge(r.ranges[i].job, hi - lo);
+        for (std::size_t q = i; q < e; ++q) copy_from_range(r, r.ranges[q], rd, lo);
+      }
+      i = e;
+    }
+  }
+
+  // A sparse job read run by run with pread(2), each run into its place.
+  static void read_runs(const reshard::detail::copy_job& j, const src_view& v, const checkpoint_reader& rd) {
+    const std::byte* base = v.e->pieces.front().data();  // content offsets are from here
+    reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
+      detail::for_each_stored(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), n,
+                              [&](std::span<const std::byte> b) {
+                                rd.pread_into(std::span<std::byte>(dst, b.size()), rd.offset_of(b.data()));
+                                dst += b.size();
+                              });
+    });
+  }
+
+  // The job of file range `f` copied from r.range, which holds the file's bytes from `lo`.
+  static void copy_from_range(round_jobs& r, const round_jobs::file_range& f, const checkpoint_reader& rd,
+                              std::uint64_t lo) {
+    auto& j = r.jobs[f.job];
+    const src_view& v = *r.view[f.job];
+    const std::byte* base = v.e->pieces.front().data();
+    if (f.hi - f.lo == reshard::detail::source_span(j)) {  // inside one stored piece: runs from the copy
+      j.src = r.range.data() + (f.lo - lo);
       reshard::detail::for_each_run(j, [](const std::byte* src, std::byte* dst, std::size_t n) { std::memcpy(dst, src, n); });
       return;
     }
     reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-      detail::for_each_stored(e.pieces, starts, static_cast<std::uint64_t>(src - base), n,
+      detail::for_each_stored(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), n,
                               [&](std::span<const std::byte> b) {
-                                std::memcpy(dst, scratch.data() + (rd.offset_of(b.data()) - f_lo), b.size());
+                                std::memcpy(dst, r.range.data() + (rd.offset_of(b.data()) - lo), b.size());
                                 dst += b.size();
                               });
     });

@@ -108,7 +108,12 @@ struct transform_summary {
   std::size_t copied = 0;             ///< parameters copied unchanged (all targets)
   std::size_t source_files = 0;       ///< source files read
   std::uint64_t source_bytes = 0;     ///< their total size
-  std::uint64_t bytes_read = 0;       ///< tensor bytes read from the source mappings
+  std::uint64_t bytes_read = 0;       ///< tensor bytes the targets needed from the sources
+  /// The bytes the reads took from the source files: the lengths of the pread(2) calls
+  /// (read_mode::pread; a read shared by the targets of a read group counted once), the bytes
+  /// copied from the mappings (mmap). bytes_read of them were needed; the rest lay between the
+  /// needed runs of a range read whole.
+  std::uint64_t file_bytes_read = 0;
   std::uint64_t bytes_written = 0;    ///< bytes of the files written
   double seconds = 0;                 ///< wall time
   std::uint64_t peak_rss_bytes = 0;   ///< the process's peak resident memory (peak_rss_bytes())
@@ -213,6 +218,7 @@ inline nlohmann::json to_json(const transform_summary& s, summary_detail level =
   j["source_files"] = s.source_files;
   j["source_bytes"] = s.source_bytes;
   j["bytes_read"] = s.bytes_read;
+  j["file_bytes_read"] = s.file_bytes_read;
   j["bytes_written"] = s.bytes_written;
   j["seconds"] = s.seconds;
   j["throughput_bytes_per_second"] = s.throughput();
@@ -250,6 +256,7 @@ inline transform_summary summary_from_json(const nlohmann::json& j) {
     s.source_files = j.at("source_files").get<std::size_t>();
     s.source_bytes = j.at("source_bytes").get<std::uint64_t>();
     s.bytes_read = j.at("bytes_read").get<std::uint64_t>();
+    s.file_bytes_read = j.at("file_bytes_read").get<std::uint64_t>();
     s.bytes_written = j.at("bytes_written").get<std::uint64_t>();
     s.seconds = j.at("seconds").get<double>();
     s.peak_rss_bytes = j.at("peak_rss_bytes").get<std::uint64_t>();
@@ -299,6 +306,7 @@ transform_summary merge_summaries(std::span<Part> parts, bool move_files) {
     s.source_files += p.source_files;
     s.source_bytes += p.source_bytes;
     s.bytes_read += p.bytes_read;
+    s.file_bytes_read += p.file_bytes_read;
     s.bytes_written += p.bytes_written;
     s.jobs += p.jobs;
     s.seconds = std::max(s.seconds, p.seconds);
