@@ -73,6 +73,8 @@ struct dcp_tensor_items {
 
 struct dcp_read_items {
   std::string origin;                     ///< the file, for messages
+  std::string torch;                      ///< the torch version that made them ("" when not given)
+  std::size_t ranks = 0;                  ///< target ranks listed
   std::vector<dcp_tensor_items> tensors;  ///< by fqn
 };
 
@@ -156,6 +158,10 @@ inline dcp_read_items dcp_read_items_from_json(const nlohmann::json& j, const st
     if (it == index.end()) r.fail(w, "tensor " + detail::quote_name(fqn) + " is not in \"tensors\" (the checkpoint does not hold it)");
     return out.tensors[it->second];
   };
+  if (j.contains("torch")) {
+    if (!j["torch"].is_string()) r.fail("torch", "not a string");
+    out.torch = j["torch"].get<std::string>();
+  }
   std::vector<index_t> seen;
   for (const auto& rk : r.array(j, "ranks", "the file")) {
     const std::string w = "ranks[" + std::to_string(seen.size()) + "]";
@@ -191,6 +197,7 @@ inline dcp_read_items dcp_read_items_from_json(const nlohmann::json& j, const st
                           r.ints(x, "lengths", wi, dims)});
     }
   }
+  out.ranks = seen.size();
   for (const auto& ti : out.tensors) {
     const box all{index_list(ti.size.size(), 0), ti.size};
     const auto in_tensor = [&](const std::vector<dcp_chunk>& cs, const char* what) {
@@ -213,6 +220,8 @@ inline dcp_read_items dcp_read_items_from_text(std::string_view text, const std:
 /// The verdict on one tensor's read items.
 struct dcp_tensor_check {
   std::string fqn;
+  index_list size;
+  index_t element_bytes = 1;
   plan_check check;                 ///< check_plan on the items as boxes (its problems reworded, see below)
   std::vector<std::string> extra;   ///< misplaced items and items naming no chunk (the first max_problems)
   std::size_t extra_count = 0;      ///< all of those
@@ -255,6 +264,8 @@ inline dcp_check check_dcp_read_items(const dcp_read_items& in, std::size_t max_
     if (ti.targets.empty() && ti.items.empty()) continue;  // saved, not asked for
     dcp_tensor_check tc;
     tc.fqn = ti.fqn;
+    tc.size = ti.size;
+    tc.element_bytes = ti.element_bytes;
     const std::string who = "tensor " + detail::quote_name(ti.fqn) + ": ";
     std::vector<held_box> src, dst;
     for (const dcp_chunk& c : ti.saved) src.push_back({c.rank, c.as_box()});
@@ -311,6 +322,32 @@ inline dcp_check check_dcp_read_items(const dcp_read_items& in, std::size_t max_
     out.tensors.push_back(std::move(tc));
   }
   return out;
+}
+
+/// The verdict as JSON: {"ok", "problem_count", "tensors": [{"fqn", "size", "ok", "complete",
+/// "sound", "problem_count", "problems": [text...], "items", "meeting_pairs", "read_bytes",
+/// "target_bytes", "other_rank_bytes", "max_other_rank_bytes"}...]} (docs/formats.md#dcp-read-items).
+inline nlohmann::json to_json(const dcp_check& r) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const dcp_tensor_check& t : r.tensors) {
+    nlohmann::json problems = nlohmann::json::array();
+    for (const plan_problem& p : t.check.problems) problems.push_back(p.what);
+    for (const std::string& e : t.extra) problems.push_back(e);
+    tensors.push_back({{"fqn", t.fqn},
+                       {"size", t.size},
+                       {"ok", t.ok()},
+                       {"complete", t.check.complete},
+                       {"sound", t.check.sound && t.extra_count == 0},
+                       {"problem_count", t.problem_count()},
+                       {"problems", std::move(problems)},
+                       {"items", t.items},
+                       {"meeting_pairs", t.meeting_pairs},
+                       {"read_bytes", t.read_bytes},
+                       {"target_bytes", t.target_bytes},
+                       {"other_rank_bytes", t.check.cost.cross_bytes},
+                       {"max_other_rank_bytes", t.check.cost.max_received_bytes}});
+  }
+  return {{"ok", r.ok()}, {"problem_count", r.problem_count()}, {"tensors", std::move(tensors)}};
 }
 
 }  // namespace reshard::io
