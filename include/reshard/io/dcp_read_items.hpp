@@ -53,6 +53,7 @@ struct dcp_chunk {
 /// One of DCP's ReadItems (LoadItemType.TENSOR) of target rank `rank`.
 struct dcp_read_item {
   index_t rank = 0;
+  std::size_t index = 0;       ///< its place in the rank's read_items
   index_list dest_index;       ///< the target chunk's offsets (dest_index.offset)
   index_list dest_offsets;     ///< where in the target chunk
   index_list storage_index;    ///< the saved chunk's offsets (storage_index.offset)
@@ -124,7 +125,7 @@ struct dcp_json_reader {
 inline dcp_read_items dcp_read_items_from_json(const nlohmann::json& j, const std::string& origin) {
   const detail::dcp_json_reader r{origin + ": "};
   if (!j.is_object() || !j.contains("dcp_read_items"))
-    r.fail("the file", "no 'dcp_read_items' version (not DCP read items: see docs/formats.md#dcp-read-items)");
+    report_error(r.who + "no 'dcp_read_items' version: not DCP read items (docs/formats.md#dcp-read-items)");
   check_known_keys(j, {"dcp_read_items", "torch", "tensors", "ranks"}, r.who);
   if (const auto v = detail::json_int(j["dcp_read_items"]); !v || *v != 1)
     r.fail("dcp_read_items", "version " + detail::json_excerpt(j["dcp_read_items"]) + ", this program reads version 1");
@@ -192,7 +193,7 @@ inline dcp_read_items dcp_read_items_from_json(const nlohmann::json& j, const st
       if (!f.is_string()) r.fail(wi + ".fqn", "not a string");
       dcp_tensor_items& ti = tensor(f.get<std::string>(), wi);
       const auto dims = static_cast<std::ptrdiff_t>(ti.size.size());
-      ti.items.push_back({rank, r.ints(x, "dest_index", wi, dims), r.ints(x, "dest_offsets", wi, dims),
+      ti.items.push_back({rank, k - 1, r.ints(x, "dest_index", wi, dims), r.ints(x, "dest_offsets", wi, dims),
                           r.ints(x, "storage_index", wi, dims), r.ints(x, "storage_offsets", wi, dims),
                           r.ints(x, "lengths", wi, dims)});
     }
@@ -247,8 +248,8 @@ struct dcp_check {
 
 namespace detail {
 
-inline std::string item_name(const dcp_read_item& x, std::size_t k) {
-  return "read item " + std::to_string(k) + " of rank " + std::to_string(x.rank) + " (dest_index " +
+inline std::string item_name(const dcp_read_item& x) {
+  return "read item " + std::to_string(x.index) + " of rank " + std::to_string(x.rank) + " (dest_index " +
          to_string(x.dest_index) + ", dest_offsets " + to_string(x.dest_offsets) + ", storage_index " +
          to_string(x.storage_index) + ", storage_offsets " + to_string(x.storage_offsets) + ", lengths " +
          to_string(x.lengths) + ")";
@@ -288,17 +289,22 @@ inline dcp_check check_dcp_read_items(const dcp_read_items& in, std::size_t max_
     for (std::size_t k = 0; k < ti.items.size(); ++k) {
       const dcp_read_item& x = ti.items[k];
       const index_t s = find(ti.saved, x.storage_index, 0, false), d = find(ti.targets, x.dest_index, x.rank, true);
-      if (s < 0) note("no such chunk: " + detail::item_name(x, k) + " names a storage_index the checkpoint did not save");
-      if (d < 0) note("no such chunk: " + detail::item_name(x, k) + " names a dest_index rank " + std::to_string(x.rank) + " does not hold");
+      if (s < 0) note("no such chunk: " + detail::item_name(x) + " names a storage_index the checkpoint did not save");
+      if (d < 0) note("no such chunk: " + detail::item_name(x) + " names a dest_index rank " + std::to_string(x.rank) + " does not hold");
       box reads{x.storage_index, x.lengths}, writes{x.dest_index, x.lengths};
       for (std::size_t i = 0; i < x.lengths.size(); ++i) {
         reads.offset[i] += x.storage_offsets[i];
         writes.offset[i] += x.dest_offsets[i];
       }
       tc.read_bytes += volume(writes) * ti.element_bytes;
-      if (reads != writes)
-        note("misplaced: " + detail::item_name(x, k) + " reads the box " + to_string(reads) + " of the tensor into " +
+      if (reads != writes) {
+        note("misplaced: " + detail::item_name(x) + " reads the box " + to_string(reads) + " of the tensor into " +
              to_string(writes));
+        // check_plan sees the box written; the box read must lie in its saved chunk too
+        if (s >= 0 && !reshard::detail::box_inside(reads, ti.saved[static_cast<std::size_t>(s)].as_box()))
+          note("reads outside its saved chunk: " + detail::item_name(x) + " reads " + to_string(reads) +
+               ", the saved chunk is " + to_string(ti.saved[static_cast<std::size_t>(s)].as_box()));
+      }
       if (s >= 0 && d >= 0) {
         xs.push_back({s, d, writes});
         item_of.push_back(k);
@@ -312,8 +318,8 @@ inline dcp_check check_dcp_read_items(const dcp_read_items& in, std::size_t max_
       if (p.dst >= 0 && static_cast<std::size_t>(p.dst) < ti.targets.size())
         what += "target chunk " + to_string(ti.targets[static_cast<std::size_t>(p.dst)].as_box()) + " of rank " +
                 std::to_string(ti.targets[static_cast<std::size_t>(p.dst)].rank) + ", box " + to_string(p.where);
-      if (p.transfer != no_transfer) what += ", " + detail::item_name(ti.items[item_of[p.transfer]], item_of[p.transfer]);
-      if (p.other != no_transfer) what += " and " + detail::item_name(ti.items[item_of[p.other]], item_of[p.other]);
+      if (p.transfer != no_transfer) what += ", " + detail::item_name(ti.items[item_of[p.transfer]]);
+      if (p.other != no_transfer) what += " and " + detail::item_name(ti.items[item_of[p.other]]);
       if (p.kind == plan_problem_kind::bad_transfer) what += ": the box leaves the tensor " + to_string(ti.size);
       if (p.kind == plan_problem_kind::sender_lacks && p.src >= 0)
         what += ": the saved chunk " + to_string(ti.saved[static_cast<std::size_t>(p.src)].as_box()) + " does not hold it";
