@@ -14,6 +14,11 @@
 // dim with the most distinct starts is chosen), and the volumes are sums. Only a target found
 // wrong is cut into its uncovered boxes (box subtraction), to report them.
 //
+// check_plan(shape, src, dst, transfers) is the same checker on explicit boxes (held_box): a
+// transfer's src and dst index lists of boxes, each held by a rank (one rank may hold several).
+// It checks plans whose ends are no layouts, such as PyTorch DCP's read items between saved and
+// requested chunks (io/dcp_read_items.hpp). The layout form is this with one box per rank.
+//
 //   @post check_plan(A, B, plan(A, B).transfers).ok()
 //   @post r.ok() == (the element-by-element check: each element of box_of(B, t) is received once
 //         by t, and each transfer's elements are held by its sender in A and its receiver in B)
