@@ -87,6 +87,15 @@ for f in rows grid; do
   done
 done
 
+# an item far outside the tensor: a problem (its bytes are not counted), not an overflow
+mutate "$DATA/rows.read_items.json" drop
+"$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); x=j['ranks'][0]['read_items'][0]; x['lengths']=[2**50, 1]
+json.dump(j, open(sys.argv[1], 'w'))" "$tmp/bad.json"
+run check-plan --dcp "$tmp/bad.json"
+if [[ $rc -eq 1 ]] && grep -qE "^  tensor 'w': bad transfer: .*: the box leaves the tensor \[5,3\]" <<<"$out"; then pass; else
+  fail "an item leaving the tensor is a bad transfer" "exit code $rc" "stdout: $out" "stderr: $err"
+fi
+
 # the function docs/formats.md shows is the one make_read_items.py ran
 if "$PY" - "$SRC/docs/formats.md" "$DATA/make_read_items.py" <<'PYEOF'
 import re, sys
@@ -113,6 +122,8 @@ bad "an unknown tensor" "tensor 'v' is not in \"tensors\"" 'j["ranks"][0]["read_
 bad "an unknown dtype" "tensors.w.dtype: \"float7\" is not a dtype" 'j["tensors"]["w"]["dtype"] = "float7"'
 bad "a chunk outside the tensor" "the saved chunk [3:5,0:4] does not lie in the tensor [5,3]" \
   'j["tensors"]["w"]["chunks"][1]["sizes"] = [2, 4]'
+bad "a tensor of more than 2^63 bytes" "tensors.w.size: [1099511627776,1099511627776] holds more than 2^63 - 1 bytes" \
+  'j["tensors"]["w"]["size"] = [2**40, 2**40]'
 bad "a rank twice" "ranks[1]: rank 0 twice" 'j["ranks"][1]["rank"] = 0'
 expect_error "not read items" 1 "--dcp $DATA/rows.expected.json: no 'dcp_read_items' version" check-plan --dcp "$DATA/rows.expected.json"
 expect_error "a missing file" 1 "$tmp/none.json" check-plan --dcp "$tmp/none.json"

@@ -81,27 +81,15 @@ struct dcp_read_items {
 
 namespace detail {
 
-struct dcp_json_reader {
-  std::string who;  // "items.json: "
-  [[noreturn]] void fail(const std::string& where, const std::string& why) const { report_error(who + where + ": " + why); }
-  const nlohmann::json& at(const nlohmann::json& j, std::string_view key, const std::string& where) const {
-    if (!j.is_object()) fail(where, "not an object");
-    const auto it = j.find(key);
-    if (it == j.end()) fail(where, "no key '" + std::string(key) + "'");
-    return *it;
-  }
-  const nlohmann::json& array(const nlohmann::json& j, std::string_view key, const std::string& where) const {
-    const auto& v = at(j, key, where);
-    if (!v.is_array()) fail(where + "." + std::string(key), "not an array");
-    return v;
-  }
+// json_fields, with ranks and lists of coordinates checked against the tensor's dims.
+struct dcp_json_reader : json_fields {
   index_t rank(const nlohmann::json& j, const std::string& where) const {
     const auto v = json_int(at(j, "rank", where), 0, std::int64_t{1} << 40);
     if (!v) fail(where + ".rank", "not a non-negative integer");
     return *v;
   }
   // a list of `dims` non-negative integers (dims < 0: any count)
-  index_list ints(const nlohmann::json& j, std::string_view key, const std::string& where, std::ptrdiff_t dims) const {
+  index_list coords(const nlohmann::json& j, std::string_view key, const std::string& where, std::ptrdiff_t dims) const {
     const std::string w = where + "." + std::string(key);
     const auto& v = at(j, key, where);
     if (!v.is_array()) fail(w, "not an array");
@@ -140,16 +128,17 @@ inline dcp_read_items dcp_read_items_from_json(const nlohmann::json& j, const st
     check_known_keys(t, {"size", "dtype", "chunks"}, r.who + w + ": ");
     dcp_tensor_items ti;
     ti.fqn = it.key();
-    ti.size = r.ints(t, "size", w, -1);
+    ti.size = r.coords(t, "size", w, -1);
     const auto dims = static_cast<std::ptrdiff_t>(ti.size.size());
     const auto& dt = r.at(t, "dtype", w);
     const auto type = dt.is_string() ? dtype_from_name(dt.get<std::string>()) : std::nullopt;
     if (!type) r.fail(w + ".dtype", detail::json_excerpt(dt) + " is not a dtype reshard knows (such as \"float32\")");
     ti.element_bytes = static_cast<index_t>(element_size(*type));
+    if (!byte_size(*type, ti.size)) r.fail(w + ".size", to_string(ti.size) + " holds more than 2^63 - 1 bytes");
     for (const auto& c : r.array(t, "chunks", w)) {
       const std::string wc = w + ".chunks[" + std::to_string(ti.saved.size()) + "]";
       check_known_keys(c, {"rank", "offsets", "sizes"}, r.who + wc + ": ");
-      ti.saved.push_back({r.rank(c, wc), r.ints(c, "offsets", wc, dims), r.ints(c, "sizes", wc, dims)});
+      ti.saved.push_back({r.rank(c, wc), r.coords(c, "offsets", wc, dims), r.coords(c, "sizes", wc, dims)});
     }
     index.emplace(ti.fqn, out.tensors.size());
     out.tensors.push_back(std::move(ti));
@@ -181,7 +170,7 @@ inline dcp_read_items dcp_read_items_from_json(const nlohmann::json& j, const st
         const std::string wk = wc + "[" + std::to_string(k++) + "]";
         check_known_keys(c, {"offsets", "sizes"}, r.who + wk + ": ");
         const auto dims = static_cast<std::ptrdiff_t>(ti.size.size());
-        ti.targets.push_back({rank, r.ints(c, "offsets", wk, dims), r.ints(c, "sizes", wk, dims)});
+        ti.targets.push_back({rank, r.coords(c, "offsets", wk, dims), r.coords(c, "sizes", wk, dims)});
       }
     }
     std::size_t k = 0;
@@ -193,9 +182,9 @@ inline dcp_read_items dcp_read_items_from_json(const nlohmann::json& j, const st
       if (!f.is_string()) r.fail(wi + ".fqn", "not a string");
       dcp_tensor_items& ti = tensor(f.get<std::string>(), wi);
       const auto dims = static_cast<std::ptrdiff_t>(ti.size.size());
-      ti.items.push_back({rank, k - 1, r.ints(x, "dest_index", wi, dims), r.ints(x, "dest_offsets", wi, dims),
-                          r.ints(x, "storage_index", wi, dims), r.ints(x, "storage_offsets", wi, dims),
-                          r.ints(x, "lengths", wi, dims)});
+      ti.items.push_back({rank, k - 1, r.coords(x, "dest_index", wi, dims), r.coords(x, "dest_offsets", wi, dims),
+                          r.coords(x, "storage_index", wi, dims), r.coords(x, "storage_offsets", wi, dims),
+                          r.coords(x, "lengths", wi, dims)});
     }
   }
   out.ranks = seen.size();
@@ -286,6 +275,7 @@ inline dcp_check check_dcp_read_items(const dcp_read_items& in, std::size_t max_
     const auto note = [&](std::string what) {
       if (++tc.extra_count <= max_problems) tc.extra.push_back(who + std::move(what));
     };
+    const box all{index_list(ti.size.size(), 0), ti.size};
     for (std::size_t k = 0; k < ti.items.size(); ++k) {
       const dcp_read_item& x = ti.items[k];
       const index_t s = find(ti.saved, x.storage_index, 0, false), d = find(ti.targets, x.dest_index, x.rank, true);
@@ -296,7 +286,7 @@ inline dcp_check check_dcp_read_items(const dcp_read_items& in, std::size_t max_
         reads.offset[i] += x.storage_offsets[i];
         writes.offset[i] += x.dest_offsets[i];
       }
-      tc.read_bytes += volume(writes) * ti.element_bytes;
+      if (reshard::detail::box_inside(writes, all)) tc.read_bytes += volume(writes) * ti.element_bytes;  // else a problem
       if (reads != writes) {
         note("misplaced: " + detail::item_name(x) + " reads the box " + to_string(reads) + " of the tensor into " +
              to_string(writes));
