@@ -170,13 +170,13 @@ RC_GTEST_PROP(CheckPlan, AgreesWithTheElementByElementCheck, (const layout_pair&
   RC_ASSERT(r.sound == sound);
 }
 
-// check_plan on explicit boxes (held_box: one box per rank) is the same checker as on layouts:
+// check_plan on explicit boxes (rank_box: one box per rank) is the same checker as on layouts:
 // the same verdict, problems and figures for reshard's plans and their mutations.
 RC_GTEST_PROP(CheckPlan, OnHeldBoxesAgreesWithTheLayoutForm, (const layout_pair& lp)) {
   auto xs = plan(lp.src, lp.dst).transfers;
   if (has_nonempty(xs) && *rc::gen::inRange(0, 4) != 0) xs = mutate(lp.src, xs);
   const auto held = [](const layout& l) {
-    std::vector<held_box> out;
+    std::vector<rank_box> out;
     for (index_t r = 0; r < num_ranks(l); ++r) out.push_back({l.first_rank + r, box_of(l, l.first_rank + r)});
     return out;
   };
@@ -201,8 +201,8 @@ RC_GTEST_PROP(CheckPlan, OnHeldBoxesAgreesWithTheLayoutForm, (const layout_pair&
 TEST(CheckPlan, OnHeldBoxesSeveralBoxesOfOneRank) {
   // 4 x 4: saved as two row halves by rank 0 and 1; target rank 5 asks for both column halves
   const index_list shape{4, 4};
-  const std::vector<held_box> src{{0, {{0, 0}, {2, 4}}}, {1, {{2, 0}, {2, 4}}}};
-  const std::vector<held_box> dst{{5, {{0, 0}, {4, 2}}}, {5, {{0, 2}, {4, 2}}}};
+  const std::vector<rank_box> src{{0, {{0, 0}, {2, 4}}}, {1, {{2, 0}, {2, 4}}}};
+  const std::vector<rank_box> dst{{5, {{0, 0}, {4, 2}}}, {5, {{0, 2}, {4, 2}}}};
   std::vector<transfer> xs{{0, 0, {{0, 0}, {2, 2}}}, {1, 0, {{2, 0}, {2, 2}}}, {0, 1, {{0, 2}, {2, 2}}},
                            {1, 1, {{2, 2}, {2, 2}}}};
   auto r = check_plan(shape, src, dst, xs, {.element_bytes = 4});
@@ -224,7 +224,7 @@ TEST(CheckPlan, OnHeldBoxesSeveralBoxesOfOneRank) {
   r = check_plan(shape, src, dst, xs);
   EXPECT_EQ(r.problems[0].kind, plan_problem_kind::bad_transfer);
   EXPECT_NE(r.problems[0].what.find("sender 2 is not a box of the source (0..1)"), std::string::npos) << r.problems[0].what;
-  EXPECT_THROW((void)check_plan(shape, std::vector<held_box>{{0, {{3, 0}, {2, 4}}}}, dst, xs), reshard::error);
+  EXPECT_THROW((void)check_plan(shape, std::vector<rank_box>{{0, {{3, 0}, {2, 4}}}}, dst, xs), reshard::error);
 }
 
 TEST(CheckPlan, ReportsTheHoleTheOverlapAndTheSender) {

@@ -14,7 +14,7 @@
 // dim with the most distinct starts is chosen), and the volumes are sums. Only a target found
 // wrong is cut into its uncovered boxes (box subtraction), to report them.
 //
-// check_plan(shape, src, dst, transfers) is the same checker on explicit boxes (held_box): a
+// check_plan(shape, src, dst, transfers) is the same checker on explicit boxes (rank_box): a
 // transfer's src and dst index lists of boxes, each held by a rank (one rank may hold several).
 // It checks plans whose ends are no layouts, such as PyTorch DCP's read items between saved and
 // requested chunks (io/dcp_read_items.hpp). The layout form is this with one box per rank.
@@ -101,7 +101,7 @@ struct plan_check {
 };
 
 /// A box held by a rank: explicit holders for check_plan on boxes (saved chunks, requested chunks).
-struct held_box {
+struct rank_box {
   index_t rank = 0;  ///< who holds it, for the figures (local or cross-rank)
   box where;
 };
@@ -184,12 +184,12 @@ class layout_holders {
 // Explicit holders: id i holds boxes[i].where, on rank boxes[i].rank.
 class box_holders {
  public:
-  box_holders(std::span<const held_box> hs, const char* side) : hs_(hs), side_(side) {
+  box_holders(std::span<const rank_box> hs, const char* side) : hs_(hs), side_(side) {
     std::vector<index_t> ranks;
-    for (const held_box& h : hs) ranks.push_back(h.rank);
+    for (const rank_box& h : hs) ranks.push_back(h.rank);
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    for (const held_box& h : hs)
+    for (const rank_box& h : hs)
       slot_.push_back(static_cast<std::size_t>(std::lower_bound(ranks.begin(), ranks.end(), h.rank) - ranks.begin()));
     slots_ = ranks.size();
   }
@@ -208,7 +208,7 @@ class box_holders {
   static constexpr const char* noun = "box";
 
  private:
-  std::span<const held_box> hs_;
+  std::span<const rank_box> hs_;
   const char* side_;
   std::vector<std::size_t> slot_;
   std::size_t slots_ = 0;
@@ -381,9 +381,9 @@ inline plan_check check_plan(const layout& src, const layout& dst, std::span<con
 /// `minimal` and `lower_bound_bytes` stay zero (there is no plan() of arbitrary boxes). The same
 /// checker as the layout form, which is this with one box per rank.
 /// @throws reshard::error when a box of `src` or `dst` does not lie in the tensor
-inline plan_check check_plan(const index_list& shape, std::span<const held_box> src, std::span<const held_box> dst,
+inline plan_check check_plan(const index_list& shape, std::span<const rank_box> src, std::span<const rank_box> dst,
                              std::span<const transfer> transfers, check_options o = {}) {
-  const auto inside = [&](std::span<const held_box> hs, const char* side) {
+  const auto inside = [&](std::span<const rank_box> hs, const char* side) {
     const box all{index_list(shape.size(), 0), shape};
     for (std::size_t i = 0; i < hs.size(); ++i)
       if (hs[i].where.offset.size() != shape.size() || hs[i].where.extent.size() != shape.size() ||

@@ -115,7 +115,7 @@ bad() {  # bad NAME TEXT PYTHON-EDIT: the rows example edited by PYTHON-EDIT (ov
 bad "no version" "no 'dcp_read_items' version" 'del j["dcp_read_items"]'
 bad "version 2" "dcp_read_items: version 2" 'j["dcp_read_items"] = 2'
 bad "a misspelt key" "unknown key 'lenghts'" 'x = j["ranks"][0]["read_items"][0]; x["lenghts"] = x.pop("lengths")'
-bad "dims that disagree" "ranks[0].read_items[0].lengths: 1 numbers, the tensor has 2 dims" \
+bad "dims that disagree" "ranks[0].read_items[0].lengths: 1 number, the tensor has 2 dims" \
   'j["ranks"][0]["read_items"][0]["lengths"] = [3]'
 bad "a negative offset" "is not a list of non-negative integers" 'j["ranks"][1]["read_items"][0]["dest_offsets"] = [-1, 0]'
 bad "an unknown tensor" "tensor 'v' is not in \"tensors\"" 'j["ranks"][0]["read_items"][0]["fqn"] = "v"'

@@ -31,7 +31,7 @@ dcp_read_items items_of(const layout& src, const layout& dst) {
   for (index_t r = src.first_rank; r < src.first_rank + num_ranks(src); ++r) {
     const box b = box_of(src, r);
     if (volume(b) == 0) continue;
-    if (std::none_of(t.saved.begin(), t.saved.end(), [&](const dcp_chunk& c) { return c.offsets == b.offset; }))
+    if (std::none_of(t.saved.begin(), t.saved.end(), [&](const dcp_held_chunk& c) { return c.offsets == b.offset; }))
       t.saved.push_back({r, b.offset, b.extent});  // a replica is saved once, by its first owner
   }
   for (index_t r = dst.first_rank; r < dst.first_rank + num_ranks(dst); ++r) {

@@ -11,7 +11,7 @@
 // by its offsets in the full tensor), at `storage_offsets` within it, to target chunk
 // `dest_index` of its rank, at `dest_offsets` within that. In the full tensor it reads the box
 // storage_index + storage_offsets and writes the box dest_index + dest_offsets, of extent
-// `lengths`. So per tensor the items are a plan between explicit boxes (check_plan on held_box):
+// `lengths`. So per tensor the items are a plan between explicit boxes (check_plan on rank_box):
 // the senders are the saved chunks (each on the rank whose file holds it), the receivers the
 // target chunks. On top of check_plan's verdict (complete: every element of each target chunk
 // read exactly once; sound: each read inside its saved chunk and its target chunk), an item
@@ -44,7 +44,7 @@
 namespace reshard::io {
 
 /// A chunk of a tensor: its offsets and sizes in the full tensor, and the rank that holds it.
-struct dcp_chunk {
+struct dcp_held_chunk {
   index_t rank = 0;
   index_list offsets, sizes;
   box as_box() const { return {offsets, sizes}; }
@@ -67,8 +67,8 @@ struct dcp_tensor_items {
   std::string fqn;
   index_list size;
   index_t element_bytes = 1;
-  std::vector<dcp_chunk> saved;    ///< the checkpoint's chunks (metadata), rank = the file's writer
-  std::vector<dcp_chunk> targets;  ///< every target rank's chunks
+  std::vector<dcp_held_chunk> saved;    ///< the checkpoint's chunks (metadata), rank = the file's writer
+  std::vector<dcp_held_chunk> targets;  ///< every target rank's chunks
   std::vector<dcp_read_item> items;
 };
 
@@ -95,7 +95,8 @@ struct dcp_json_reader : json_fields {
     if (!v.is_array()) fail(w, "not an array");
     if (v.size() > 64) fail(w, "more than 64 dims");
     if (dims >= 0 && v.size() != static_cast<std::size_t>(dims))
-      fail(w, std::to_string(v.size()) + " numbers, the tensor has " + std::to_string(dims) + " dims");
+      fail(w, std::to_string(v.size()) + (v.size() == 1 ? " number" : " numbers") + ", the tensor has " +
+                  std::to_string(dims) + (dims == 1 ? " dim" : " dims"));
     index_list out;
     for (const auto& e : v) {
       const auto x = json_int(e, 0, std::int64_t{1} << 56);
@@ -190,7 +191,7 @@ inline dcp_read_items dcp_read_items_from_json(const nlohmann::json& j, const st
   out.ranks = seen.size();
   for (const auto& ti : out.tensors) {
     const box all{index_list(ti.size.size(), 0), ti.size};
-    const auto in_tensor = [&](const std::vector<dcp_chunk>& cs, const char* what) {
+    const auto in_tensor = [&](const std::vector<dcp_held_chunk>& cs, const char* what) {
       for (std::size_t i = 0; i < cs.size(); ++i)
         if (!reshard::detail::box_inside(cs[i].as_box(), all))
           r.fail("tensor " + detail::quote_name(ti.fqn), std::string(what) + " " + to_string(cs[i].as_box()) +
@@ -257,17 +258,17 @@ inline dcp_check check_dcp_read_items(const dcp_read_items& in, std::size_t max_
     tc.size = ti.size;
     tc.element_bytes = ti.element_bytes;
     const std::string who = "tensor " + detail::quote_name(ti.fqn) + ": ";
-    std::vector<held_box> src, dst;
-    for (const dcp_chunk& c : ti.saved) src.push_back({c.rank, c.as_box()});
-    for (const dcp_chunk& c : ti.targets) dst.push_back({c.rank, c.as_box()});
-    for (const dcp_chunk& t : ti.targets) {
+    std::vector<rank_box> src, dst;
+    for (const dcp_held_chunk& c : ti.saved) src.push_back({c.rank, c.as_box()});
+    for (const dcp_held_chunk& c : ti.targets) dst.push_back({c.rank, c.as_box()});
+    for (const dcp_held_chunk& t : ti.targets) {
       tc.target_bytes += volume(t.as_box()) * ti.element_bytes;
-      for (const dcp_chunk& s : ti.saved) tc.meeting_pairs += volume(intersect(t.as_box(), s.as_box())) > 0 ? 1 : 0;
+      for (const dcp_held_chunk& s : ti.saved) tc.meeting_pairs += volume(intersect(t.as_box(), s.as_box())) > 0 ? 1 : 0;
     }
     // each item as a transfer from its saved chunk to its target chunk, of the box it writes
     std::vector<transfer> xs;
     std::vector<std::size_t> item_of;  // xs[i] is items[item_of[i]]
-    const auto find = [](const std::vector<dcp_chunk>& cs, const index_list& offsets, index_t rank, bool by_rank) {
+    const auto find = [](const std::vector<dcp_held_chunk>& cs, const index_list& offsets, index_t rank, bool by_rank) {
       for (std::size_t i = 0; i < cs.size(); ++i)
         if (cs[i].offsets == offsets && (!by_rank || cs[i].rank == rank)) return static_cast<index_t>(i);
       return index_t{-1};
