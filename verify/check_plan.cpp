@@ -172,7 +172,7 @@ RC_GTEST_PROP(CheckPlan, AgreesWithTheElementByElementCheck, (const layout_pair&
 
 // check_plan on explicit boxes (rank_box: one box per rank) is the same checker as on layouts:
 // the same verdict, problems and figures for reshard's plans and their mutations.
-RC_GTEST_PROP(CheckPlan, OnHeldBoxesAgreesWithTheLayoutForm, (const layout_pair& lp)) {
+RC_GTEST_PROP(CheckPlan, OnRankBoxesAgreesWithTheLayoutForm, (const layout_pair& lp)) {
   auto xs = plan(lp.src, lp.dst).transfers;
   if (has_nonempty(xs) && *rc::gen::inRange(0, 4) != 0) xs = mutate(lp.src, xs);
   const auto held = [](const layout& l) {
@@ -198,7 +198,7 @@ RC_GTEST_PROP(CheckPlan, OnHeldBoxesAgreesWithTheLayoutForm, (const layout_pair&
   RC_ASSERT(a.cost == b.cost);
 }
 
-TEST(CheckPlan, OnHeldBoxesSeveralBoxesOfOneRank) {
+TEST(CheckPlan, OnRankBoxesSeveralBoxesOfOneRank) {
   // 4 x 4: saved as two row halves by rank 0 and 1; target rank 5 asks for both column halves
   const index_list shape{4, 4};
   const std::vector<rank_box> src{{0, {{0, 0}, {2, 4}}}, {1, {{2, 0}, {2, 4}}}};
