@@ -48,7 +48,7 @@ inline void check_dcp_read_items_file(const std::string& file, std::size_t max_p
     std::string first;
     for (const auto& t : r.tensors)
       if (first.empty() && !t.ok()) first = !t.check.problems.empty() ? t.check.problems[0].what : t.extra.empty() ? "" : t.extra[0];
-    report_error("the read items are wrong: " + std::to_string(r.problem_count()) + " problem" +
+    report_error("--dcp " + origin + ": the read items are wrong: " + std::to_string(r.problem_count()) + " problem" +
                  (r.problem_count() == 1 ? "" : "s") + (first.empty() ? "" : "; the first: " + first));
   }
 }

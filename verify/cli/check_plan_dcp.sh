@@ -73,7 +73,7 @@ for f in rows grid; do
     run check-plan --dcp "$tmp/bad.json"
     lines=$(printf '%s\n' "$err" | grep -c .) || true
     if [[ $rc -eq 1 ]] && grep -q '^verdict     WRONG' <<<"$out" && grep -qE "^  tensor '[a-z]+': $problem" <<<"$out" &&
-       grep -qE "WRONG \([0-9]+ problems?\)$" <<<"$out" && [[ $lines -eq 1 ]] && grep -q "the read items are wrong" <<<"$err"; then
+       grep -qE "WRONG \([0-9]+ problems?\)$" <<<"$out" && [[ $lines -eq 1 ]] && grep -qF -- "--dcp $tmp/bad.json: the read items are wrong" <<<"$err"; then
       pass
     else
       fail "$f: mutation $kind is caught as /$problem/" "exit code $rc" "stdout: $out" "stderr: $err"
