@@ -15,6 +15,8 @@
 #include <reshard.hpp>
 #include <reshard/ext/json.hpp>
 #include <reshard/ext/svg.hpp>
+#include <reshard/io/dcp_read_items.hpp>
+#include <reshard/io/input_file.hpp>
 #include <reshard/io/strategy.hpp>
 #include <reshard/io/summary.hpp>
 #include <reshard/io/transform.hpp>
@@ -887,6 +889,20 @@ Layout.dtensor, Layout.jax and Layout.full.)")
         return reshard::io::rank_list_for_transform(rank, src, dst);
       },
       "rank"_a, "src_strategy"_a, "dst_strategy"_a);
+  m.def(
+      "_check_dcp_read_items",
+      [](const std::string& text_or_file, bool is_file, std::size_t max_problems) {
+        reshard::io::dcp_check r;
+        {
+          const py::gil_scoped_release release;
+          const std::string origin = is_file ? text_or_file : std::string("check_dcp_read_items: items");
+          const std::string text =
+              is_file ? reshard::io::read_input_file(text_or_file, "check_dcp_read_items") : text_or_file;
+          r = reshard::io::check_dcp_read_items(reshard::io::dcp_read_items_from_text(text, origin), max_problems);
+        }
+        return json_dict(reshard::io::to_json(r));
+      },
+      "text_or_file"_a, "is_file"_a, "max_problems"_a);
   m.def(
       "_check_rank_list_for_transform",
       [](std::int64_t rank, const std::vector<std::int64_t>& ranks, const path& src, const path& dst) {

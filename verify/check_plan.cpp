@@ -170,6 +170,63 @@ RC_GTEST_PROP(CheckPlan, AgreesWithTheElementByElementCheck, (const layout_pair&
   RC_ASSERT(r.sound == sound);
 }
 
+// check_plan on explicit boxes (rank_box: one box per rank) is the same checker as on layouts:
+// the same verdict, problems and figures for reshard's plans and their mutations.
+RC_GTEST_PROP(CheckPlan, OnRankBoxesAgreesWithTheLayoutForm, (const layout_pair& lp)) {
+  auto xs = plan(lp.src, lp.dst).transfers;
+  if (has_nonempty(xs) && *rc::gen::inRange(0, 4) != 0) xs = mutate(lp.src, xs);
+  const auto held = [](const layout& l) {
+    std::vector<rank_box> out;
+    for (index_t r = 0; r < num_ranks(l); ++r) out.push_back({l.first_rank + r, box_of(l, l.first_rank + r)});
+    return out;
+  };
+  const auto hs = held(lp.src), hd = held(lp.dst);
+  // ids are indices into the boxes: rank - first_rank
+  auto ids = xs;
+  for (auto& x : ids) x.src -= lp.src.first_rank, x.dst -= lp.dst.first_rank;
+  const auto a = check_plan(lp.src, lp.dst, xs);
+  const auto b = check_plan(lp.src.shape, hs, hd, ids);
+  RC_ASSERT(a.complete == b.complete);
+  RC_ASSERT(a.sound == b.sound);
+  RC_ASSERT(a.problem_count == b.problem_count);
+  RC_ASSERT(a.problems.size() == b.problems.size());
+  for (std::size_t i = 0; i < a.problems.size(); ++i) {
+    RC_ASSERT(a.problems[i].kind == b.problems[i].kind);
+    RC_ASSERT(a.problems[i].where == b.problems[i].where);
+    RC_ASSERT(a.problems[i].transfer == b.problems[i].transfer);
+  }
+  RC_ASSERT(a.cost == b.cost);
+}
+
+TEST(CheckPlan, OnRankBoxesSeveralBoxesOfOneRank) {
+  // 4 x 4: saved as two row halves by rank 0 and 1; target rank 5 asks for both column halves
+  const index_list shape{4, 4};
+  const std::vector<rank_box> src{{0, {{0, 0}, {2, 4}}}, {1, {{2, 0}, {2, 4}}}};
+  const std::vector<rank_box> dst{{5, {{0, 0}, {4, 2}}}, {5, {{0, 2}, {4, 2}}}};
+  std::vector<transfer> xs{{0, 0, {{0, 0}, {2, 2}}}, {1, 0, {{2, 0}, {2, 2}}}, {0, 1, {{0, 2}, {2, 2}}},
+                           {1, 1, {{2, 2}, {2, 2}}}};
+  auto r = check_plan(shape, src, dst, xs, {.element_bytes = 4});
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.cost.cross_bytes, 64);  // rank 5 holds nothing it reads
+  EXPECT_EQ(r.cost.max_received_bytes, 64);
+  EXPECT_EQ(r.cost.max_sent_bytes, 32);
+  xs[3].src = 0;  // box 0 does not hold rows 2..3
+  r = check_plan(shape, src, dst, xs);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].kind, plan_problem_kind::sender_lacks);
+  EXPECT_NE(r.problems[0].what.find("target box 1, box [2:4,2:4], transfer 3 (from box 0)"), std::string::npos) << r.problems[0].what;
+  xs.pop_back();
+  r = check_plan(shape, src, dst, xs);
+  ASSERT_EQ(r.problems.size(), 1u);
+  EXPECT_EQ(r.problems[0].kind, plan_problem_kind::uncovered);
+  EXPECT_EQ(r.problems[0].where, (box{{2, 2}, {2, 2}}));
+  xs.push_back({2, 1, {{2, 2}, {2, 2}}});  // no box 2
+  r = check_plan(shape, src, dst, xs);
+  EXPECT_EQ(r.problems[0].kind, plan_problem_kind::bad_transfer);
+  EXPECT_NE(r.problems[0].what.find("sender 2 is not a box of the source (0..1)"), std::string::npos) << r.problems[0].what;
+  EXPECT_THROW((void)check_plan(shape, std::vector<rank_box>{{0, {{3, 0}, {2, 4}}}}, dst, xs), reshard::error);
+}
+
 TEST(CheckPlan, ReportsTheHoleTheOverlapAndTheSender) {
   // 8 x 4 split in rows over 2 ranks, to columns over 2 ranks
   const layout a = mindspore_layout({2}, {0, -1}, {8, 4});

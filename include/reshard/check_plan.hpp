@@ -14,6 +14,11 @@
 // dim with the most distinct starts is chosen), and the volumes are sums. Only a target found
 // wrong is cut into its uncovered boxes (box subtraction), to report them.
 //
+// check_plan(shape, src, dst, transfers) is the same checker on explicit boxes (rank_box): a
+// transfer's src and dst index lists of boxes, each held by a rank (one rank may hold several).
+// It checks plans whose ends are no layouts, such as PyTorch DCP's read items between saved and
+// requested chunks (io/dcp_read_items.hpp). The layout form is this with one box per rank.
+//
 //   @post check_plan(A, B, plan(A, B).transfers).ok()
 //   @post r.ok() == (the element-by-element check: each element of box_of(B, t) is received once
 //         by t, and each transfer's elements are held by its sender in A and its receiver in B)
@@ -95,6 +100,12 @@ struct plan_check {
   bool ok() const noexcept { return complete && sound; }
 };
 
+/// A box held by a rank: explicit holders for check_plan on boxes (saved chunks, requested chunks).
+struct rank_box {
+  index_t rank = 0;  ///< who holds it, for the figures (local or cross-rank)
+  box where;
+};
+
 struct check_options {
   std::size_t max_problems = 100;  ///< problems listed at most (all are counted)
   index_t element_bytes = 1;       ///< bytes of one element, for the figures
@@ -136,21 +147,84 @@ inline void subtract_box(const box& a, const box& b, std::vector<box>& out) {
   }
 }
 
-inline std::string describe(const plan_problem& p) {
-  std::string s = std::string(to_string(p.kind)) + ": target rank " + std::to_string(p.dst) + ", box " + to_string(p.where);
-  if (p.transfer != no_transfer) s += ", transfer " + std::to_string(p.transfer) + " (from rank " + std::to_string(p.src) + ")";
+// `target` and `source` name what the ids are ("rank", or "box" for explicit holders).
+inline std::string describe(const plan_problem& p, const char* target = "rank", const char* source = "rank") {
+  std::string s = std::string(to_string(p.kind)) + ": target " + target + " " + std::to_string(p.dst) + ", box " + to_string(p.where);
+  if (p.transfer != no_transfer)
+    s += ", transfer " + std::to_string(p.transfer) + " (from " + source + " " + std::to_string(p.src) + ")";
   if (p.other != no_transfer) s += " and transfer " + std::to_string(p.other);
   return s;
 }
 
+// The holders of a plan from one layout to another: ids are the layout's ranks, each holding its
+// region's box.
+class layout_holders {
+ public:
+  layout_holders(const layout& l, const char* side) : p_(l), side_(side) {}
+  std::size_t count() const { return static_cast<std::size_t>(p_.ranks); }
+  bool has(index_t id) const { return p_.has_rank(id); }
+  std::size_t index_of(index_t id) const { return static_cast<std::size_t>(id - p_.first_rank); }
+  index_t id_at(std::size_t k) const { return p_.first_rank + static_cast<index_t>(k); }
+  box box_of(index_t id) const { return p_.region_box(p_.region_of(id)); }
+  // the rank behind an id, as a dense slot for the per-rank figures, and the number of slots
+  std::size_t slot(index_t id) const { return index_of(id); }
+  std::size_t slots() const { return count(); }
+  index_t rank_of(index_t id) const { return id; }
+  std::string not_member(const char* role, index_t id) const {
+    return std::string(role) + " " + std::to_string(id) + " is not a rank of the " + side_ + " layout (" +
+           std::to_string(p_.first_rank) + ".." + std::to_string(p_.first_rank + p_.ranks - 1) + ")";
+  }
+  static constexpr const char* noun = "rank";
+
+ private:
+  partition p_;
+  const char* side_;
+};
+
+// Explicit holders: id i holds boxes[i].where, on rank boxes[i].rank.
+class box_holders {
+ public:
+  box_holders(std::span<const rank_box> hs, const char* side) : hs_(hs), side_(side) {
+    std::vector<index_t> ranks;
+    for (const rank_box& h : hs) ranks.push_back(h.rank);
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    for (const rank_box& h : hs)
+      slot_.push_back(static_cast<std::size_t>(std::lower_bound(ranks.begin(), ranks.end(), h.rank) - ranks.begin()));
+    slots_ = ranks.size();
+  }
+  std::size_t count() const { return hs_.size(); }
+  bool has(index_t id) const { return id >= 0 && static_cast<std::size_t>(id) < hs_.size(); }
+  std::size_t index_of(index_t id) const { return static_cast<std::size_t>(id); }
+  index_t id_at(std::size_t k) const { return static_cast<index_t>(k); }
+  const box& box_of(index_t id) const { return hs_[index_of(id)].where; }
+  index_t rank_of(index_t id) const { return hs_[index_of(id)].rank; }
+  std::size_t slot(index_t id) const { return slot_[index_of(id)]; }
+  std::size_t slots() const { return slots_; }
+  std::string not_member(const char* role, index_t id) const {
+    return std::string(role) + " " + std::to_string(id) + " is not a box of the " + side_ + " (0.." +
+           std::to_string(static_cast<index_t>(hs_.size()) - 1) + ")";
+  }
+  static constexpr const char* noun = "box";
+
+ private:
+  std::span<const rank_box> hs_;
+  const char* side_;
+  std::vector<std::size_t> slot_;
+  std::size_t slots_ = 0;
+};
+
+// The one checker: `xs` between the holders `gs` (senders) and `gd` (receivers) of a tensor of
+// shape `shape`. Each receiver's box must be tiled by the transfers it receives.
+template <class S, class D>
 class plan_checker {
  public:
-  plan_checker(const layout& src, const layout& dst, std::span<const transfer> xs, check_options o)
-      : src_(src), dst_(dst), xs_(xs), o_(o), gs_(src), gd_(dst) {}
+  plan_checker(const index_list& shape, const S& gs, const D& gd, std::span<const transfer> xs, check_options o)
+      : shape_(shape), gs_(gs), gd_(gd), xs_(xs), o_(o) {}
 
   plan_check run() {
-    std::vector<std::vector<std::size_t>> to(static_cast<std::size_t>(gd_.ranks));
-    std::vector<index_t> sent(static_cast<std::size_t>(gs_.ranks), 0), received(static_cast<std::size_t>(gd_.ranks), 0);
+    std::vector<std::vector<std::size_t>> to(gd_.count());
+    std::vector<index_t> sent(gs_.slots(), 0), received(gd_.slots(), 0);
     for (std::size_t i = 0; i < xs_.size(); ++i) {
       const transfer& x = xs_[i];
       if (std::string why = malformed(x); !why.empty()) {
@@ -158,46 +232,40 @@ class plan_checker {
         continue;
       }
       const index_t v = volume(x.where) * o_.element_bytes;
-      if (x.src == x.dst) {
+      if (gs_.rank_of(x.src) == gd_.rank_of(x.dst)) {
         r_.cost.local_bytes += v;
       } else if (v > 0) {
         r_.cost.cross_bytes += v;
         ++r_.cost.messages;
-        sent[static_cast<std::size_t>(x.src - gs_.first_rank)] += v;
-        received[static_cast<std::size_t>(x.dst - gd_.first_rank)] += v;
+        sent[gs_.slot(x.src)] += v;
+        received[gd_.slot(x.dst)] += v;
       }
       if (volume(x.where) == 0) continue;  // moves nothing: neither covers nor lacks anything
-      if (!box_inside(x.where, gs_.region_box(gs_.region_of(x.src))))
+      if (!box_inside(x.where, gs_.box_of(x.src)))
         add({plan_problem_kind::sender_lacks, x.src, x.dst, x.where, i, no_transfer, {}}, false);
-      if (!box_inside(x.where, target_box(x.dst))) {
+      if (!box_inside(x.where, gd_.box_of(x.dst))) {
         add({plan_problem_kind::receiver_lacks, x.src, x.dst, x.where, i, no_transfer, {}}, false);
         continue;  // not part of the target's cover
       }
-      to[static_cast<std::size_t>(x.dst - gd_.first_rank)].push_back(i);
+      to[gd_.index_of(x.dst)].push_back(i);
     }
     for (index_t s : sent) r_.cost.max_sent_bytes = std::max(r_.cost.max_sent_bytes, s);
     for (index_t s : received) r_.cost.max_received_bytes = std::max(r_.cost.max_received_bytes, s);
-    for (index_t t = 0; t < gd_.ranks; ++t) check_target(gd_.first_rank + t, to[static_cast<std::size_t>(t)]);
-    figures_of_minimal_plan();
+    for (std::size_t k = 0; k < gd_.count(); ++k) check_target(gd_.id_at(k), to[k]);
     return std::move(r_);
   }
 
  private:
-  box target_box(index_t t) const { return gd_.region_box(gd_.region_of(t)); }
-
-  // Why `x` is not a transfer of these layouts (empty: it is one).
+  // Why `x` is not a transfer between these holders (empty: it is one).
   std::string malformed(const transfer& x) const {
-    const auto range = [](const partition& g) {
-      return std::to_string(g.first_rank) + ".." + std::to_string(g.first_rank + g.ranks - 1);
-    };
-    if (!gs_.has_rank(x.src)) return "sender " + std::to_string(x.src) + " is not a rank of the source layout (" + range(gs_) + ")";
-    if (!gd_.has_rank(x.dst)) return "receiver " + std::to_string(x.dst) + " is not a rank of the target layout (" + range(gd_) + ")";
-    if (x.where.offset.size() != src_.shape.size() || x.where.extent.size() != src_.shape.size())
-      return "the box has " + std::to_string(x.where.offset.size()) + " dims, the tensor " + std::to_string(src_.shape.size());
-    for (std::size_t i = 0; i < src_.shape.size(); ++i) {
+    if (!gs_.has(x.src)) return gs_.not_member("sender", x.src);
+    if (!gd_.has(x.dst)) return gd_.not_member("receiver", x.dst);
+    if (x.where.offset.size() != shape_.size() || x.where.extent.size() != shape_.size())
+      return "the box has " + std::to_string(x.where.offset.size()) + " dims, the tensor " + std::to_string(shape_.size());
+    for (std::size_t i = 0; i < shape_.size(); ++i) {
       const index_t o = x.where.offset[i], e = x.where.extent[i];
-      if (o < 0 || e < 0 || o > src_.shape[i] || e > src_.shape[i] - o)
-        return "the box leaves the tensor " + to_string(src_.shape) + " in dim " + std::to_string(i);
+      if (o < 0 || e < 0 || o > shape_[i] || e > shape_[i] - o)
+        return "the box leaves the tensor " + to_string(shape_) + " in dim " + std::to_string(i);
     }
     return {};
   }
@@ -207,13 +275,13 @@ class plan_checker {
     (cover ? r_.complete : r_.sound) = false;
     ++r_.problem_count;
     if (r_.problems.size() >= o_.max_problems) return;
-    p.what = describe(p) + (p.what.empty() ? "" : ": " + p.what);
+    p.what = describe(p, D::noun, S::noun) + (p.what.empty() ? "" : ": " + p.what);
     r_.problems.push_back(std::move(p));
   }
 
   // The boxes of target t: pairwise disjoint, and their volumes add up to t's box.
   void check_target(index_t t, const std::vector<std::size_t>& mine) {
-    const box whole = target_box(t);
+    const box whole = gd_.box_of(t);
     const std::size_t nd = whole.offset.size();
     index_t sum = 0;
     for (std::size_t i : mine) sum += volume(xs_[i].where);
@@ -266,27 +334,29 @@ class plan_checker {
       if (volume(h) > 0) add({plan_problem_kind::uncovered, -1, t, h, no_transfer, no_transfer, {}}, true);
   }
 
-  void figures_of_minimal_plan() {
-    const transfer_plan p = plan(src_, dst_);
-    const plan_cost c = p.cost(o_.element_bytes);
-    r_.lower_bound_bytes = c.lower_bound_bytes;
-    r_.minimal.cross_bytes = c.cross_bytes;
-    r_.minimal.local_bytes = c.local_bytes;
-    r_.minimal.messages = c.messages;
-    r_.minimal.max_sent_bytes = c.max_sent_bytes;
-    std::vector<index_t> received(static_cast<std::size_t>(gd_.ranks), 0);
-    for (const transfer& x : p.transfers)
-      if (x.src != x.dst) received[static_cast<std::size_t>(x.dst - gd_.first_rank)] += volume(x.where) * o_.element_bytes;
-    for (index_t v : received) r_.minimal.max_received_bytes = std::max(r_.minimal.max_received_bytes, v);
-  }
-
-  const layout& src_;
-  const layout& dst_;
+  const index_list& shape_;
+  const S& gs_;
+  const D& gd_;
   std::span<const transfer> xs_;
   check_options o_;
-  partition gs_, gd_;
   plan_check r_;
 };
+
+// The figures of plan(src, dst), and its lower bound, into r.
+inline void figures_of_minimal_plan(const layout& src, const layout& dst, index_t element_bytes, plan_check& r) {
+  const transfer_plan p = plan(src, dst);
+  const plan_cost c = p.cost(element_bytes);
+  r.lower_bound_bytes = c.lower_bound_bytes;
+  r.minimal.cross_bytes = c.cross_bytes;
+  r.minimal.local_bytes = c.local_bytes;
+  r.minimal.messages = c.messages;
+  r.minimal.max_sent_bytes = c.max_sent_bytes;
+  const partition gd(dst);
+  std::vector<index_t> received(static_cast<std::size_t>(gd.ranks), 0);
+  for (const transfer& x : p.transfers)
+    if (x.src != x.dst) received[static_cast<std::size_t>(x.dst - gd.first_rank)] += volume(x.where) * element_bytes;
+  for (index_t v : received) r.minimal.max_received_bytes = std::max(r.minimal.max_received_bytes, v);
+}
 
 }  // namespace detail
 
@@ -297,7 +367,36 @@ inline plan_check check_plan(const layout& src, const layout& dst, std::span<con
   validate(src, "check_plan: source layout");
   validate(dst, "check_plan: target layout");
   detail::expect_same_shape(src, dst, "check_plan");
-  return detail::plan_checker(src, dst, transfers, o).run();
+  const detail::layout_holders gs(src, "source"), gd(dst, "target");
+  plan_check r = detail::plan_checker(src.shape, gs, gd, transfers, o).run();
+  detail::figures_of_minimal_plan(src, dst, o.element_bytes, r);
+  return r;
+}
+
+/// The verdict on `transfers` between explicit boxes of a tensor of shape `shape`: a transfer's
+/// `src` is an index into `src` (the box its sender holds), its `dst` an index into `dst` (the box
+/// it fills). Complete: every box of `dst` is received exactly once (the boxes of `dst` need not
+/// be distinct ranks': one rank may hold several). Sound: each transfer inside its sender's box
+/// and its receiver's. The figures count a transfer as local when the two boxes' ranks are equal;
+/// `minimal` and `lower_bound_bytes` stay zero (there is no plan() of arbitrary boxes). The same
+/// checker as the layout form, which is this with one box per rank.
+/// @throws reshard::error when a box of `src` or `dst` does not lie in the tensor
+inline plan_check check_plan(const index_list& shape, std::span<const rank_box> src, std::span<const rank_box> dst,
+                             std::span<const transfer> transfers, check_options o = {}) {
+  const auto inside = [&](std::span<const rank_box> hs, const char* side) {
+    const box all{index_list(shape.size(), 0), shape};
+    for (std::size_t i = 0; i < hs.size(); ++i)
+      if (hs[i].where.offset.size() != shape.size() || hs[i].where.extent.size() != shape.size() ||
+          !detail::box_inside(hs[i].where, all) ||
+          std::find_if(hs[i].where.extent.begin(), hs[i].where.extent.end(), [](index_t e) { return e < 0; }) !=
+              hs[i].where.extent.end())
+        report_error(std::string("check_plan: ") + side + " box " + std::to_string(i) + " " + to_string(hs[i].where) +
+                     " does not lie in the tensor " + to_string(shape));
+  };
+  inside(src, "source");
+  inside(dst, "target");
+  const detail::box_holders gs(src, "source"), gd(dst, "target");
+  return detail::plan_checker(shape, gs, gd, transfers, o).run();
 }
 
 

@@ -9,6 +9,7 @@ The algebra (in memory, numpy arrays of any dtype):
     rank_list(src, dst, rank)                     the source ranks a target rank needs
     check_plan(src, dst, transfers)               the verdict on any system's plan, as a dict
     check_rank_list(src, dst, rank, ranks)        is a rank list enough, which ranks are superfluous
+    check_dcp_read_items(items)                   the verdict on PyTorch DCP's read items, as a dict
     convert(plan, shards)                         executes a plan on numpy arrays
     split(full, layout), merge(shards, layout)    full tensor <-> pieces
 
@@ -72,7 +73,7 @@ for _t in (Error, Layout, Plan, Progress, Replicate, Shard):
 
 __all__ = [
     "Error", "Layout", "Plan", "Progress", "Replicate", "Shard", "__version__", "check_plan", "check_rank_list",
-    "check_rank_list_for_transform", "convert", "merge", "plan", "rank_list", "split", "transform_checkpoints",
+    "check_dcp_read_items", "check_rank_list_for_transform", "convert", "merge", "plan", "rank_list", "split", "transform_checkpoints",
     "transform_checkpoint_by_rank", "rank_list_for_transform",
     "merge_pipeline_strategys", "merge_pipeline_strategies", "load_checkpoint_by_rank", "merge_checkpoints",
     "split_checkpoint", "convert_checkpoint", "verify_checkpoints", "verify_merged_checkpoint",
@@ -287,6 +288,22 @@ def rank_list_for_transform(rank_id, src_strategy_file=None, dst_strategy_file=N
     return _core._rank_list_for_transform(_int(rank_id, "rank_id", 0),
                                           _path(src_strategy_file, "src_strategy_file", True, True),
                                           _path(dst_strategy_file, "dst_strategy_file", True, True))
+
+
+def check_dcp_read_items(items, max_problems=100):
+    """The verdict on PyTorch DCP's read items (the dict of docs/formats.md#dcp-read-items, as the
+    Python lines there return it, or the path of a JSON file holding it), as `reshard check-plan
+    --dcp --json` prints it: ok, problem_count, and per tensor ok, complete, sound, problems and the
+    figures (items, meeting_pairs, read_bytes, target_bytes, other_rank_bytes, max_other_rank_bytes)."""
+    limit = _int(max_problems, "max_problems", 0)
+    if isinstance(items, dict):
+        import json
+        try:
+            text = json.dumps(items)
+        except (TypeError, ValueError) as e:
+            raise Error("check_dcp_read_items: items is not JSON: %s" % e) from None
+        return _core._check_dcp_read_items(text, False, limit)
+    return _core._check_dcp_read_items(_path(items, "items", True), True, limit)
 
 
 def check_rank_list_for_transform(rank_id, rank_list, src_strategy_file=None, dst_strategy_file=None):

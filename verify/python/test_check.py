@@ -113,3 +113,35 @@ def test_check_rank_list_for_transform_is_the_programs_json(tmp_path):
         assert "rank 8 is not a rank of the source strategy" in str(e)
     else:
         raise AssertionError("accepted rank 8 of 8")
+
+
+DCP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "dcp")
+
+
+def test_dcp_read_items_from_torch_pass_as_a_file_and_as_a_dict():
+    import json
+    path = os.path.join(DCP, "rows.read_items.json")
+    r = reshard.check_dcp_read_items(path)
+    assert r["ok"] and r["problem_count"] == 0
+    w = next(t for t in r["tensors"] if t["fqn"] == "w")
+    assert (w["items"], w["read_bytes"], w["target_bytes"], w["other_rank_bytes"]) == (6, 60, 60, 40)
+    with open(path) as f:
+        items = json.load(f)
+    assert reshard.check_dcp_read_items(items) == r
+
+
+def test_dcp_read_items_mutated_are_wrong_and_malformed_ones_errors():
+    import json
+    with open(os.path.join(DCP, "grid.read_items.json")) as f:
+        items = json.load(f)
+    items["ranks"][1]["read_items"][0]["lengths"][0] += 1
+    r = reshard.check_dcp_read_items(items)
+    assert not r["ok"]
+    g = next(t for t in r["tensors"] if t["fqn"] == "g")
+    assert not g["ok"] and g["problem_count"] >= 1 and "tensor 'g'" in g["problems"][0]
+    del items["ranks"][1]["read_items"][0]["lengths"]
+    try:
+        reshard.check_dcp_read_items(items)
+        assert False, "no error"
+    except reshard.Error as e:
+        assert "ranks[1].read_items[0]: no key 'lengths'" in str(e)

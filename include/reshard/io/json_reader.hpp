@@ -266,5 +266,56 @@ std::string json_excerpt(const J& j) {
   return s;
 }
 
+/// Reading the fields of one JSON value, every error naming the file (`who`), the place and the
+/// key: "plan.json: sources[2].rank: not an integer".
+struct json_fields {
+  std::string who;  // "execute: plan.json: "
+
+  [[noreturn]] void fail(const std::string& where, const std::string& why) const {
+    report_error(who + where + ": " + why);
+  }
+  const nlohmann::json& at(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    if (!j.is_object()) fail(where, "not an object");
+    auto it = j.find(key);
+    if (it == j.end()) fail(where, "no key '" + std::string(key) + "'");
+    return *it;
+  }
+  std::uint64_t u64(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto v = json_uint(at(j, key, where));
+    if (!v) fail(where + "." + std::string(key), "not a non-negative integer");
+    return *v;
+  }
+  std::int64_t i64(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto v = json_int(at(j, key, where));
+    if (!v) fail(where + "." + std::string(key), "not an integer");
+    return *v;
+  }
+  std::string str(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto& v = at(j, key, where);
+    if (!v.is_string()) fail(where + "." + std::string(key), "not a string");
+    return v.get<std::string>();
+  }
+  bool flag(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto& v = at(j, key, where);
+    if (!v.is_boolean()) fail(where + "." + std::string(key), "not true or false");
+    return v.get<bool>();
+  }
+  const nlohmann::json& array(const nlohmann::json& j, std::string_view key, const std::string& where) const {
+    const auto& v = at(j, key, where);
+    if (!v.is_array()) fail(where + "." + std::string(key), "not an array");
+    return v;
+  }
+  std::vector<std::int64_t> ints(const nlohmann::json& j, const std::string& where) const {
+    if (!j.is_array()) fail(where, "not an array");
+    std::vector<std::int64_t> v;
+    for (const auto& e : j) {
+      const auto x = json_int(e);
+      if (!x) fail(where, "not an array of integers");
+      v.push_back(*x);
+    }
+    return v;
+  }
+};
+
 }  // namespace detail
 }  // namespace reshard::io
