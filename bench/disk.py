@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`reshard transform` beside the copy floors on a disk and on tmpfs: large checkpoints, few ranks.
 
-  disk.py --reshard PATH [--sizes 1G,4G] [--cases 8to4,8to3,4to8] [--dirs /tmp,/dev/shm] [--runs 3]
+  disk.py --reshard PATH [--sizes 1G,4G] [--cases 8to4,8to3,4to8,8rto4c,8cto4r] [--dirs /tmp,/dev/shm] [--runs 3]
           [--timeout 1800] [--json OUT] [--tiny] [--keep]
 
 The model: 16 float32 2-D parameters layer<i>.weight of equal shape [R, C] adding up to about the
@@ -11,6 +11,8 @@ conventions: dev_matrix left to right, tensor_map entries index device axes from
   8to4  dev [2,4] map [1,0] (dim 0 by the 2-axis, dim 1 by the 4-axis)  ->  dev [4] map [0,-1]
   8to3  dev [2,4] map [1,0]                                           ->  dev [3] map [0,-1]
   4to8  dev [4] map [0,-1]                                            ->  dev [2,4] map [1,0]
+  8rto4c  dev [8] map [0,-1] (8 row blocks)                             ->  dev [4] map [-1,0] (4 column blocks)
+  8cto4r  dev [8] map [-1,0] (8 column blocks)                          ->  dev [4] map [0,-1]
 
 For every directory of --dirs a fresh temporary directory is made in it (removed at the end unless
 --keep); for every size the source checkpoints (SRC/rank_<r>/checkpoint_<r>.ckpt: per source rank
@@ -70,8 +72,12 @@ import transform_e2e  # noqa: E402  (values, digests, parse_size)
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 NPARAMS = 16
 PREFIX = "checkpoint_"
-LAYOUTS = {8: ([2, 4], [1, 0]), 4: ([4], [0, -1]), 3: ([3], [0, -1])}  # ranks: (dev matrix, tensor map)
-CASES = {"8to4": (8, 4), "8to3": (8, 3), "4to8": (4, 8)}
+# layout name: (dev matrix, tensor map); its rank count is the dev matrix's product
+LAYOUTS = {"8": ([2, 4], [1, 0]), "4": ([4], [0, -1]), "3": ([3], [0, -1]),
+           "8r": ([8], [0, -1]), "8c": ([8], [-1, 0]), "4c": ([4], [-1, 0])}
+CASES = {"8to4": ("8", "4"), "8to3": ("8", "3"), "4to8": ("4", "8"),
+         "8rto4c": ("8r", "4c"), "8cto4r": ("8c", "4")}  # case: (source layout, target layout)
+CASE_LABELS = {"8rto4c": "8 rows→4 cols", "8cto4r": "8 cols→4 rows"}  # the others: M→N
 CHECK_CASE = "4to8"  # the smallest target files: the one case whose values are checked
 log = scale_ranks.log
 
@@ -88,9 +94,13 @@ def model(size_bytes):
     return [("layer%d.weight" % i, [rows, cols]) for i in range(NPARAMS)]
 
 
-def lay(ranks):
-    dev, tmap = LAYOUTS[ranks]
+def lay(key):
+    dev, tmap = LAYOUTS[key]
     return ms_scenario.L(dev, tmap)
+
+
+def ranks_of(key):
+    return math.prod(LAYOUTS[key][0])
 
 
 def block(pid, shape, box):
@@ -118,19 +128,20 @@ def keep_heap():
         pass
 
 
-def write_strategy(path, mods, params, ranks):
-    ms_scenario._write_strategy(path, [(name, lay(ranks), shape) for name, shape in params], mods, False)
+def write_strategy(path, mods, params, key):
+    ms_scenario._write_strategy(path, [(name, lay(key), shape) for name, shape in params], mods, False)
 
 
-def generate(src, mods, params, ranks, on_disk):
-    """SRC/rank_<r>/checkpoint_<r>.ckpt for every rank: one parameter slice in memory at a time."""
+def generate(src, mods, params, key, on_disk):
+    """SRC/rank_<r>/checkpoint_<r>.ckpt for every rank of layout `key`: one parameter slice in
+    memory at a time."""
     os.makedirs(src)
-    for r in range(ranks):
+    for r in range(ranks_of(key)):
         d = os.path.join(src, "rank_%d" % r)
         os.mkdir(d)
         with open(os.path.join(d, "%s%d.ckpt" % (PREFIX, r)), "wb") as f:
             for pid, (name, shape) in enumerate(params):
-                arr = block(pid, shape, ms_scenario.rank_box(lay(ranks), shape, r))
+                arr = block(pid, shape, ms_scenario.rank_box(lay(key), shape, r))
                 data = ms_files._value_bytes(mods.checkpoint, name, "Float32", list(arr.shape), arr.tobytes())
                 del arr
                 f.write(data)
@@ -143,10 +154,11 @@ def out_name(t):
     return "rank_%d/%s%d.ckpt" % (t, PREFIX, t)
 
 
-def value_check(mods, out, params, n):
+def value_check(mods, out, params, key):
     """Parses two target files with protobuf and compares every tensor with numpy's slice of the
-    full tensor by the target layout; '' when all match."""
+    full tensor by the target layout `key`; '' when all match."""
     errors, got = [], {}
+    n = ranks_of(key)
     ranks = [0, n - 1]
     for t in ranks:
         cp = mods.checkpoint.Checkpoint()
@@ -165,7 +177,7 @@ def value_check(mods, out, params, n):
     for pid, (name, shape) in enumerate(params):
         full = block(pid, shape, [[0, shape[0]], [0, shape[1]]])
         for t in ranks:
-            want = ms_scenario.cut(full, ms_scenario.rank_box(lay(n), shape, t))
+            want = ms_scenario.cut(full, ms_scenario.rank_box(lay(key), shape, t))
             dims, pieces = got[t].pop(name)
             arr = np.frombuffer(b"".join(pieces), np.float32)
             if dims != list(want.shape) or arr.size != want.size or not np.array_equal(arr.reshape(want.shape), want):
@@ -182,7 +194,8 @@ def file_set(d):
 # one case
 
 def bench_case(args, fs, work, src, strategies, case, size_label, params, mods, check_values, reference):
-    M, N = CASES[case]
+    S, D = CASES[case]
+    M, N = ranks_of(S), ranks_of(D)
     on_disk = fs["type"] != "tmpfs"
     copy, out = os.path.join(work, "copy"), os.path.join(work, "out")
     floor = "cp -r + sync" if on_disk else "cp -r"
@@ -191,8 +204,8 @@ def bench_case(args, fs, work, src, strategies, case, size_label, params, mods, 
         sorted({os.path.join(copy, os.path.dirname(f)) for f in src_files}) + [copy]
 
     def transform(extra=()):
-        return [args.reshard, "transform", "--src-dir", src, "--dst-dir", out, "--src-strategy", strategies[M],
-                "--dst-strategy", strategies[N]] + list(extra)
+        return [args.reshard, "transform", "--src-dir", src, "--dst-dir", out, "--src-strategy", strategies[S],
+                "--dst-strategy", strategies[D]] + list(extra)
 
     tools = [("cp -r", ["cp", "-r", src, copy], copy)]
     if on_disk:
@@ -234,7 +247,7 @@ def bench_case(args, fs, work, src, strategies, case, size_label, params, mods, 
                     names = sorted(out_name(t) for t in range(N))
                     e = "" if sorted(digests[key]) == names else "files %s, expected %s" % (
                         sorted(digests[key])[:4], names[:4])
-                    e = e or value_check(mods, out, params, N)
+                    e = e or value_check(mods, out, params, D)
                     res["checks"]["values of %s and %s (protobuf + numpy)" % (out_name(0), out_name(N - 1))] = e or "ok"
             clean(dst)
     for key, _, _ in tools:
@@ -295,7 +308,7 @@ def markdown(results, fss, meta):
                 entries.append(("best --jobs (%s)" % (label.replace("reshard", "").strip() or "default"), best))
             for key, st in entries:
                 bold = key.startswith("best")
-                row = ["%s→%s" % (r["src_ranks"], r["dst_ranks"]), "%s (%s)" % (r["size"], scale_ranks.fmt_bytes(
+                row = [CASE_LABELS.get(r["case"], "%s→%s" % (r["src_ranks"], r["dst_ranks"])), "%s (%s)" % (r["size"], scale_ranks.fmt_bytes(
                     r["tensor_bytes"])), key, scale_ranks.cell(st),
                     ("**%s**" if bold else "%s") % ratio(st, fl) if key != r["floor"] else "1.00x (floor)"]
                 if on_disk:
@@ -405,17 +418,18 @@ def main(argv):
                 work = os.path.join(fs["base"], label)
                 os.makedirs(work)
                 strategies = {}
-                for ranks in sorted({r for c in cases for r in CASES[c]}):
-                    strategies[ranks] = os.path.join(work, "strategy%d.ckpt" % ranks)
-                    write_strategy(strategies[ranks], mods, params, ranks)
+                for key in sorted({k for c in cases for k in CASES[c]}):
+                    strategies[key] = os.path.join(work, "strategy_%s.ckpt" % key)
+                    write_strategy(strategies[key], mods, params, key)
                 log("%s: %d x %s float32, %s" % (label, len(params), params[0][1], scale_ranks.fmt_bytes(total)))
                 checked = False
                 for i, c in enumerate(cases):
-                    M = CASES[c][0]
-                    src = os.path.join(work, "src%d" % M)
+                    S = CASES[c][0]
+                    M = ranks_of(S)
+                    src = os.path.join(work, "src_%s" % S)
                     if not os.path.isdir(src):  # generated when first needed, deleted after its last case
                         t0 = time.perf_counter()
-                        generate(src, mods, params, M, on_disk)
+                        generate(src, mods, params, S, on_disk)
                         g = time.perf_counter() - t0
                         meta["generate"].append({"dir": fs["path"], "size": label, "ranks": M, "seconds": g})
                         log("  source on %d ranks generated in %.1f s" % (M, g))
@@ -424,7 +438,7 @@ def main(argv):
                     r = bench_case(args, fs, work, src, strategies, c, label, params, mods, check, reference)
                     results.append(r)
                     errors += ["%s %s %s: %s" % (fs["path"], label, c, e) for e in r["errors"]]
-                    if not args.keep and all(CASES[later][0] != M for later in cases[i + 1:]):
+                    if not args.keep and all(CASES[later][0] != S for later in cases[i + 1:]):
                         scale_ranks.remove(src)
                 if not args.keep:
                     scale_ranks.remove(work)
