@@ -22,7 +22,8 @@
 #   * a rerun with --force finishes the job: the new checkpoint, the user's files still the same
 #     inodes, no temporary left in or beside the directory.
 # Each shape must see both outcomes (old before the swap, new after it), and the number of kill
-# points must be above zero. No timers: strace kills at a call number.
+# points must be above zero. No timers: strace kills at a call number. The runs killed are
+# --no-sync (a kill is not a power cut: the calls are the same, the runs four times as fast).
 #
 # Then the fallback (renameat2's RENAME_EXCHANGE refused, EINVAL as on NFS; hard links refused,
 # EPERM): the replacement is made in place, the run succeeds with a warning saying so, and the
@@ -46,7 +47,10 @@ fi
 "$PY" "$PYDIR/hf_reference.py" make "$tmp/A" --seed 1 --max-shard-size 40000 >/dev/null
 "$PY" "$PYDIR/hf_reference.py" make "$tmp/B" --seed 2 --max-shard-size 40000 >/dev/null
 
-# the checker: reads "DIR<TAB>OLD_REF<TAB>NEW_REF" lines, answers "old", "new" or "problem: ..."
+# the checker: reads "DIR<TAB>OLD_REF<TAB>NEW_REF" lines, answers a line of three fields,
+# "VERDICT<TAB>USER<TAB>LEFTOVERS": VERDICT "old", "new" or "problem: ..."; USER the user's files
+# (inode and SHA-256 of each, the symlink's target); LEFTOVERS reshard's temporaries in DIR and
+# beside it
 cat >"$tmp/check.py" <<'EOF'
 import hashlib, json, os, re, sys
 sys.dont_write_bytecode = True
@@ -79,9 +83,28 @@ def manifest_problems(d):
             p.append("the manifest's SHA-256 of %s is another file's" % f["path"])
     return p
 
+def user_files(d):
+    out = []
+    for f in ("config.json", "tokenizer.json", "extra/notes.txt"):
+        path = os.path.join(d, f)
+        try:
+            out.append("%s %d %s" % (f, os.lstat(path).st_ino, hashlib.sha256(open(path, "rb").read()).hexdigest()))
+        except OSError as e:
+            out.append("%s: %s" % (f, e.strerror))
+    try:
+        out.append("link.json -> " + os.readlink(os.path.join(d, "link.json")))
+    except OSError as e:
+        out.append("link.json: %s" % e.strerror)
+    return ", ".join(out)
+
+def leftovers(d):
+    return " ".join(sorted(os.path.join(p, f) for p in (d, os.path.dirname(d)) if os.path.isdir(p)
+                           for f in os.listdir(p) if ".reshard-" in f))
+
 refs = {}
 for line in sys.stdin:
     d, old, new = line.rstrip("\n").split("\t")
+    verdict = None
     try:
         for r in (old, new):
             if r not in refs:
@@ -97,24 +120,16 @@ for line in sys.stdin:
         p = manifest_problems(d)
         if p:
             raise hf.HFError("; ".join(p))
-        print(verdict, flush=True)
     except Exception as e:  # any reading failure is the finding
-        print("problem: %s: %s" % (type(e).__name__, e), flush=True)
+        verdict = "problem: %s: %s" % (type(e).__name__, str(e).replace("\t", " "))
+    print("%s\t%s\t%s" % (verdict, user_files(d), leftovers(d)), flush=True)
 EOF
 coproc CHECK { "$PY" "$tmp/check.py" "$PYDIR"; }
-# check DIR OLD_REF NEW_REF: sets verdict
+# check DIR OLD_REF NEW_REF: sets verdict, user (the user's files) and leftovers
 check() {
   printf '%s\t%s\t%s\n' "$1" "$2" "$3" >&"${CHECK[1]}"
-  IFS= read -r verdict <&"${CHECK[0]}" || verdict="problem: the checker ended"
+  IFS=$'\t' read -r verdict user leftovers <&"${CHECK[0]}" || verdict="problem: the checker ended"
 }
-
-# user_files DIR: the user's files, by inode and content (the symlink by its target)
-user_files() {
-  (cd "$1" && stat -c '%n %i %s' config.json tokenizer.json extra/notes.txt &&
-    sha256sum config.json tokenizer.json extra/notes.txt && readlink link.json) 2>&1
-}
-# leftovers DIR: reshard's temporaries in DIR and beside it
-leftovers() { find "$1" "$(dirname "$1")" -maxdepth 1 -name '*.reshard-*' 2>/dev/null | paste -sd' ' -; }
 
 # shape NAME OLD_SIZE NEW_SIZE [--manifest]: the old checkpoint (A at OLD_SIZE) with the user's
 # files, replaced by B at NEW_SIZE; sizes as --max-shard-size, "" for the default (one file)
@@ -137,30 +152,54 @@ shape() {
   mkdir "$w/template/extra" && echo "notes" >"$w/template/extra/notes.txt"
   ln -s config.json "$w/template/link.json"
 
-  # fresh: a copy of the template in its own parent; sets dir and before
+  # fresh: a copy of the template in its own parent (the old checkpoint); sets dir and before
   local n_run=0
   fresh() {
     n_run=$((n_run + 1))
     dir=$w/run$n_run/out
     mkdir -p "$w/run$n_run"
     cp -a "$w/template" "$dir"
-    before=$(user_files "$dir")
+    check "$dir" "$w/old_ref" "$w/new_ref"
+    before=$user
+    [[ $verdict == old && -z $leftovers ]] || fail "$name: the copy of the old checkpoint reads as it" "$verdict"
   }
-  replace() {  # the --force run onto $dir
-    "$RESHARD" convert --in "$tmp/B" --out "$dir" "${new_args[@]}" ${manifest:+--manifest "$dir/m.json"} "$@"
+  # the --force run onto $dir, as killed: --no-sync (a kill is not a power cut; the calls killed
+  # at are the same, and the runs four times as fast)
+  replace() {
+    "$RESHARD" convert --in "$tmp/B" --out "$dir" "${new_args[@]}" --no-sync ${manifest:+--manifest "$dir/m.json"}
   }
+
+  # negative controls: the checks notice neither checkpoint, a new shard among the old ones, and
+  # a user's file replaced by a copy
+  local f
+  fresh
+  rm -f "$dir/model.safetensors.index.json" "$dir/model.safetensors"
+  check "$dir" "$w/old_ref" "$w/new_ref"
+  if [[ $verdict == problem:* ]]; then pass; else fail "$name: the check must notice a directory without a checkpoint"; fi
+  fresh
+  f=$(cd "$w/new_ref" && ls -- *.safetensors | head -1)
+  cp "$w/new_ref/$f" "$dir/$f"
+  check "$dir" "$w/old_ref" "$w/new_ref"
+  if [[ $verdict == problem:* || $f == model.safetensors && $verdict == new ]]; then pass; else
+    fail "$name: the check must notice the new $f among the old files" "$verdict"
+  fi
+  fresh
+  cp "$dir/config.json" "$dir/copy" && mv "$dir/copy" "$dir/config.json"
+  check "$dir" "$w/old_ref" "$w/new_ref"
+  if [[ $user != "$before" ]]; then pass; else fail "$name: the check must notice config.json replaced by a copy"; fi
+  rm -rf "$w"/run*
 
   # count the calls of an uninterrupted run
   fresh
   strace -f -qq -o "$w/count.log" -e trace="$calls" "$RESHARD" convert --in "$tmp/B" --out "$dir" "${new_args[@]}" \
-    ${manifest:+--manifest "$dir/m.json"} >/dev/null 2>"$w/count.err" || {
+    --no-sync ${manifest:+--manifest "$dir/m.json"} >/dev/null 2>"$w/count.err" || {
     fail "$name: the uninterrupted run under strace" "$(cat "$w/count.err")"
     return
   }
   check "$dir" "$w/old_ref" "$w/new_ref"
-  if [[ $verdict == new && $(user_files "$dir") == "$before" && -z $(leftovers "$dir") ]]; then pass; else
+  if [[ $verdict == new && $user == "$before" && -z $leftovers ]]; then pass; else
     fail "$name: the uninterrupted run: the new checkpoint, the user's files the same, nothing left over" \
-      "checker: $verdict" "leftovers: $(leftovers "$dir")" "user's files: $(user_files "$dir")" "were: $before"
+      "checker: $verdict" "leftovers: $leftovers" "user's files: $user" "were: $before"
   fi
   local -A count=()
   local sc line
@@ -182,7 +221,7 @@ shape() {
       fresh
       status=0
       (strace -f -qq -o /dev/null -e trace="$sc" -e inject="$sc:signal=SIGKILL:when=$n" \
-        "$RESHARD" convert --in "$tmp/B" --out "$dir" "${new_args[@]}" ${manifest:+--manifest "$dir/m.json"} \
+        "$RESHARD" convert --in "$tmp/B" --out "$dir" "${new_args[@]}" --no-sync ${manifest:+--manifest "$dir/m.json"} \
         >/dev/null 2>&1
         exit $?
       ) 2>/dev/null || status=$?  # (a subshell, 2>: no "Killed" notice)
@@ -196,15 +235,15 @@ shape() {
       check "$dir" "$w/old_ref" "$w/new_ref"
       seen[$verdict]=1
       if [[ $verdict == old || $verdict == new ]]; then pass; else fail "$at: the old or the new checkpoint, complete" "$verdict"; fi
-      if [[ $(user_files "$dir") == "$before" ]]; then pass; else
-        fail "$at: the user's files are the same files" "now: $(user_files "$dir")" "were: $before"
+      if [[ $user == "$before" ]]; then pass; else
+        fail "$at: the user's files are the same files" "now: $user" "were: $before"
       fi
       # the rerun finishes the job
       replace >/dev/null 2>"$w/rerun.err" && rc=0 || rc=$?
       check "$dir" "$w/old_ref" "$w/new_ref"
-      if [[ $rc -eq 0 && $verdict == new && $(user_files "$dir") == "$before" && -z $(leftovers "$dir") ]]; then pass; else
+      if [[ $rc -eq 0 && $verdict == new && $user == "$before" && -z $leftovers ]]; then pass; else
         fail "$at: the rerun with --force: the new checkpoint, the user's files the same, nothing left over" \
-          "exit $rc: $(cat "$w/rerun.err")" "checker: $verdict" "leftovers: $(leftovers "$dir")"
+          "exit $rc: $(cat "$w/rerun.err")" "checker: $verdict" "leftovers: $leftovers" "user's files: $user"
       fi
       rm -rf "$w/run$n_run"
     done
@@ -216,6 +255,7 @@ shape() {
   echo "$name: $points kill points ($(for k in "${!count[@]}"; do printf '%s %s, ' "$k" "${count[$k]}"; done | sed 's/, $//'))"
 
   # the fallback: no RENAME_EXCHANGE (EINVAL), no hard links (EPERM): in place, with a warning
+  # (these runs, and the last one below, with the fsyncs)
   local fault
   for fault in renameat2:error=EINVAL link:error=EPERM; do
     fresh
@@ -223,10 +263,10 @@ shape() {
       "$RESHARD" convert --in "$tmp/B" --out "$dir" "${new_args[@]}" ${manifest:+--manifest "$dir/m.json"} \
       >/dev/null 2>"$w/fallback.err" && rc=0 || rc=$?
     check "$dir" "$w/old_ref" "$w/new_ref"
-    if [[ $rc -eq 0 && $verdict == new && $(user_files "$dir") == "$before" && -z $(leftovers "$dir") ]] &&
+    if [[ $rc -eq 0 && $verdict == new && $user == "$before" && -z $leftovers ]] &&
       grep -q "warning: hf: .*: the old checkpoint replaced in place, not atomically" "$w/fallback.err"; then pass; else
       fail "$name: $fault: replaced in place, with a warning" "exit $rc: $(cat "$w/fallback.err")" "checker: $verdict" \
-        "leftovers: $(leftovers "$dir")"
+        "leftovers: $leftovers" "user's files: $user"
     fi
   done
   rm -rf "$w"

@@ -222,7 +222,7 @@ RC_GTEST_PROP(hf, ckpt_to_hf_and_back, ()) {
   opts.force = true;
   opts.max_shard_bytes = 1;
   const auto replaced = convert_checkpoint(dir / "in.ckpt", dir / "hf", opts);
-  RC_ASSERT(replaced.warnings.empty());  // swapped, not replaced in place
+  for (const auto& w : replaced.warnings) RC_ASSERT(w.find("not atomically") == std::string::npos);  // swapped
   const std::size_t count1 = hf_shards(sizes, 1).size();
   std::vector<std::string> now{"config.json", "link.json", "tokenizer", "tokenizer/vocab.txt"};
   for (std::size_t k = 0; k < count1; ++k) now.push_back(hf_shard_name(k, count1));

@@ -330,10 +330,11 @@ TEST(stale_temporaries, the_swap_directories_of_dead_processes_go_with_their_con
   fs::create_directories(stale / "sub");
   write_text(stale / "model.safetensors", "old");
   write_text(stale / "sub" / "notes.txt", "old");
+  fs::create_directories(dir / ("hf.reshard-" + dead + ".swap") / "x");  // <pid>.<anything>, as for files
   const std::vector<std::string> kept{"hf.reshard-" + self + ".1.swap", "hf.reshard-" + dead + ".2.part",
-                                      "hf.reshard-" + dead + ".swap", "hg.reshard-" + dead + ".1.swap"};
+                                      "hf.reshard-" + dead + ".2.swapx", "hg.reshard-" + dead + ".1.swap"};
   for (const auto& d : kept) fs::create_directories(dir / d / "x");
-  EXPECT_EQ(detail::remove_stale_temporaries(dir / "hf"), 1u);
+  EXPECT_EQ(detail::remove_stale_temporaries(dir / "hf"), 2u);
   auto want = kept;
   std::sort(want.begin(), want.end());
   EXPECT_EQ(dir.files(), want);
