@@ -27,8 +27,9 @@
 #
 # Then the fallback (renameat2's RENAME_EXCHANGE refused, EINVAL as on NFS; hard links refused,
 # EPERM): the replacement is made in place, the run succeeds with a warning saying so, and the
-# result is the new checkpoint with the user's files; and a directory with only config.json (no
-# old checkpoint) is written in place, with no swap.
+# result is the new checkpoint with the user's files; the same when the directory is a mount
+# point (a tmpfs in a private mount namespace; skipped, loudly, where there is none); and a
+# directory with only config.json (no old checkpoint) is written in place, with no swap.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -290,6 +291,30 @@ if [[ $rc -eq 0 && ! -s $tmp/fresh.err && $(stat -c %i "$d") == "$ino" ]] && ! g
   pass
 else
   fail "--force onto a directory with no checkpoint: in place, no swap" "exit $rc: $(cat "$tmp/fresh.err")" "$(cat "$tmp/fresh.log")"
+fi
+
+# the output directory a mount point (a tmpfs in a private mount namespace): no swap across
+# filesystems, so in place, with a warning naming why
+d=$tmp/mounted/out
+mkdir -p "$d"
+if unshare -m --propagation private bash -c 'mount -t tmpfs reshard-test "$1"' _ "$d" 2>/dev/null; then
+  verdict_line=$(unshare -m --propagation private bash -c '
+    set -e
+    mount -t tmpfs reshard-test "$2"
+    "$1" convert --in "$3/A" --out "$2" --format hf --max-shard-size 40000 >/dev/null
+    echo "{}" >"$2/config.json"
+    "$1" convert --in "$3/B" --out "$2" --format hf --max-shard-size 20000 --force 2>&1 >/dev/null
+    "$4" "$5/hf_reference.py" check "$2" | sha256sum
+    ls -A "$2" | paste -sd" " -' _ "$RESHARD" "$d" "$tmp" "$PY" "$PYDIR" 2>&1) || true
+  want=$("$PY" "$PYDIR/hf_reference.py" check "$tmp/B" | sha256sum)
+  if grep -q "warning: hf: .*: the old checkpoint replaced in place, not atomically (it is a mount point)" <<<"$verdict_line" &&
+    grep -qF "$want" <<<"$verdict_line" && grep -q "config.json" <<<"$verdict_line"; then
+    pass
+  else
+    fail "--force onto a mount point: in place, with a warning" "$verdict_line"
+  fi
+else
+  echo "SKIPPED: --force onto a mount point: this machine allows no mount namespace (unshare -m + mount)" | tee /dev/stderr
 fi
 
 finish
