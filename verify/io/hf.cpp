@@ -222,7 +222,8 @@ RC_GTEST_PROP(hf, ckpt_to_hf_and_back, ()) {
   opts.force = true;
   opts.max_shard_bytes = 1;
   const auto replaced = convert_checkpoint(dir / "in.ckpt", dir / "hf", opts);
-  for (const auto& w : replaced.warnings) RC_ASSERT(w.find("not atomically") == std::string::npos);  // swapped
+  for (const auto& w : replaced.warnings)
+    RC_ASSERT(w.find("not atomically") == std::string::npos);  // swapped
   const std::size_t count1 = hf_shards(sizes, 1).size();
   std::vector<std::string> now{"config.json", "link.json", "tokenizer", "tokenizer/vocab.txt"};
   for (std::size_t k = 0; k < count1; ++k) now.push_back(hf_shard_name(k, count1));
@@ -241,12 +242,14 @@ RC_GTEST_PROP(hf, ckpt_to_hf_and_back, ()) {
 // The names that replacing a Hugging Face checkpoint takes for its old shards, and only those.
 TEST(hf, shard_names_are_recognised) {
   for (std::size_t n : {2u, 3u, 17u, 99999u})
-    for (std::size_t k : {std::size_t{0}, n / 2, n - 1}) EXPECT_TRUE(is_hf_shard_name(hf_shard_name(k, n))) << k << n;
-  for (const char* name : {"model.safetensors", "model.safetensors.index.json", "model-0001-of-00002.safetensors",
-                           "model-00001-of-000002.safetensors", "model-00001-of-0000x.safetensors",
-                           "model-00001_of-00002.safetensors", "model-00001-of-00002.safetensor",
-                           "model-00001-of-00002.safetensors.reshard-1.0.part", "xmodel-00001-of-00002.safetensors",
-                           "config.json", ""})
+    for (std::size_t k : {std::size_t{0}, n / 2, n - 1})
+      EXPECT_TRUE(is_hf_shard_name(hf_shard_name(k, n))) << k << n;
+  for (const char* name :
+       {"model.safetensors", "model.safetensors.index.json", "model-0001-of-00002.safetensors",
+        "model-00001-of-000002.safetensors", "model-00001-of-0000x.safetensors",
+        "model-00001_of-00002.safetensors", "model-00001-of-00002.safetensor",
+        "model-00001-of-00002.safetensors.reshard-1.0.part", "xmodel-00001-of-00002.safetensors",
+        "config.json", ""})
     EXPECT_FALSE(is_hf_shard_name(name)) << name;
 }
 

@@ -72,7 +72,8 @@ class temp_dir {
 inline std::vector<std::string> list_tree(const fs::path& root) {
   std::vector<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(root))
-    out.push_back(e.path().lexically_relative(root).string());  // (fs::relative would follow a symlink)
+    out.push_back(
+        e.path().lexically_relative(root).string());  // (fs::relative would follow a symlink)
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -330,9 +330,11 @@ TEST(stale_temporaries, the_swap_directories_of_dead_processes_go_with_their_con
   fs::create_directories(stale / "sub");
   write_text(stale / "model.safetensors", "old");
   write_text(stale / "sub" / "notes.txt", "old");
-  fs::create_directories(dir / ("hf.reshard-" + dead + ".swap") / "x");  // <pid>.<anything>, as for files
-  const std::vector<std::string> kept{"hf.reshard-" + self + ".1.swap", "hf.reshard-" + dead + ".2.part",
-                                      "hf.reshard-" + dead + ".2.swapx", "hg.reshard-" + dead + ".1.swap"};
+  fs::create_directories(dir / ("hf.reshard-" + dead + ".swap") /
+                         "x");  // <pid>.<anything>, as for files
+  const std::vector<std::string> kept{
+      "hf.reshard-" + self + ".1.swap", "hf.reshard-" + dead + ".2.part",
+      "hf.reshard-" + dead + ".2.swapx", "hg.reshard-" + dead + ".1.swap"};
   for (const auto& d : kept) fs::create_directories(dir / d / "x");
   EXPECT_EQ(detail::remove_stale_temporaries(dir / "hf"), 2u);
   auto want = kept;
@@ -340,7 +342,8 @@ TEST(stale_temporaries, the_swap_directories_of_dead_processes_go_with_their_con
   EXPECT_EQ(dir.files(), want);
   EXPECT_TRUE(detail::is_temporary_name("hf.reshard-" + dead + ".3.swap"));
   EXPECT_TRUE(detail::is_temporary_name("a.b.reshard-1.2.part.reshard-1.3.tmp"));
-  for (const char* name : {"config.json", "x.reshard-", "x.reshard-12", "x.reshard-12.", "x.reshard-a.1.part", ""})
+  for (const char* name :
+       {"config.json", "x.reshard-", "x.reshard-12", "x.reshard-12.", "x.reshard-a.1.part", ""})
     EXPECT_FALSE(detail::is_temporary_name(name)) << name;
 }
 

@@ -80,8 +80,9 @@ inline bool is_hf_shard_name(std::string_view name) noexcept {
     return true;
   };
   if (name.size() != head.size() + 5 + mid.size() + 5 + tail.size()) return false;
-  return name.substr(0, head.size()) == head && digits(head.size()) && name.substr(head.size() + 5, mid.size()) == mid &&
-         digits(head.size() + 5 + mid.size()) && name.substr(name.size() - tail.size()) == tail;
+  return name.substr(0, head.size()) == head && digits(head.size()) &&
+         name.substr(head.size() + 5, mid.size()) == mid && digits(head.size() + 5 + mid.size()) &&
+         name.substr(name.size() - tail.size()) == tail;
 }
 
 /// Hugging Face's rule for filling shards, over tensor sizes in order: a tensor larger than

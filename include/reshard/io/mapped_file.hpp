@@ -233,10 +233,11 @@ inline bool is_temporary_name(std::string_view name) noexcept {
 
 /// Removes the temporaries that killed processes left for destination `dest`: the regular files
 /// in its directory named `<dest name>.reshard-<pid>.<anything>` whose process <pid> is not
-/// running, and the directories `<dest name>.reshard-<pid>.<n>.swap` (a Hugging Face checkpoint
-/// being swapped in, io/staging.hpp) with everything in them. A temporary of a running process
-/// (another writer, this one) is kept, and so is everything else. Best effort: returns how many
-/// were removed; errors are ignored (a temporary that cannot be removed harms nothing but space).
+/// running, and the directories `<dest name>.reshard-<pid>.<anything>.swap` (a Hugging Face
+/// checkpoint being swapped in, io/staging.hpp) with everything in them. A temporary of a running
+/// process (another writer, this one) is kept, and so is everything else. Best effort: returns how
+/// many were removed; errors are ignored (a temporary that cannot be removed harms nothing but
+/// space).
 inline std::size_t remove_stale_temporaries(const std::filesystem::path& dest) noexcept {
   std::size_t removed = 0;
   try {
@@ -259,7 +260,8 @@ inline std::size_t remove_stale_temporaries(const std::filesystem::path& dest) n
       if (::lstat(p.c_str(), &st) != 0) continue;
       if (S_ISREG(st.st_mode) && ::unlink(p.c_str()) == 0) ++removed;
       const std::string_view swap = ".swap";
-      if (S_ISDIR(st.st_mode) && name.size() > swap.size() && name.compare(name.size() - swap.size(), swap.size(), swap) == 0) {
+      if (S_ISDIR(st.st_mode) && name.size() > swap.size() &&
+          name.compare(name.size() - swap.size(), swap.size(), swap) == 0) {
         std::error_code ec;
         if (std::filesystem::remove_all(p, ec) != static_cast<std::uintmax_t>(-1) && !ec) ++removed;
       }

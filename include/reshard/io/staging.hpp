@@ -105,7 +105,8 @@ class staged_outputs {
     for (std::size_t i = from; i < files_.size(); ++i) detail::remove_stale_temporaries(files_[i].final);
     for (const auto& d : hf_dirs_) {  // the swap directories killed runs left beside them
       std::error_code ec;
-      if (const auto dir = std::filesystem::canonical(d, ec); !ec) detail::remove_stale_temporaries(dir);
+      if (const auto dir = std::filesystem::canonical(d, ec); !ec)
+        detail::remove_stale_temporaries(dir);
     }
   }
 
@@ -128,8 +129,7 @@ class staged_outputs {
     if (force_) {
       begin_swaps();
       for (const auto& d : hf_dirs_)
-        if (!swapped(d))
-          for (const std::string_view name : {hf_index_name, hf_single_name}) ::unlink((d / name).c_str());
+        if (!swapped(d)) remove_index(d);
     }
     std::vector<std::filesystem::path> done;
     for (std::size_t i = 0; i < files_.size(); ++i) {
@@ -137,7 +137,9 @@ class staged_outputs {
       detail::crash_point();  // test-only (RESHARD_TEST_CRASH_AFTER)
       const hf_swap* swap = swap_of(i);
       if (swap) {
-        if (::rename(files_[i].part.c_str(), (swap->staging / files_[i].final.filename()).c_str()) != 0) err = errno;
+        if (::rename(files_[i].part.c_str(),
+                     (swap->staging / files_[i].final.filename()).c_str()) != 0)
+          err = errno;
       } else if (force_) {
         if (::rename(files_[i].part.c_str(), files_[i].final.c_str()) != 0) err = errno;
       } else {
@@ -226,14 +228,16 @@ class staged_outputs {
   void begin_swaps() {
     for (const auto& d : hf_dirs_) {
       struct ::stat st {};
-      if (::lstat((d / hf_index_name).c_str(), &st) != 0 && ::lstat((d / hf_single_name).c_str(), &st) != 0) continue;
+      if (::lstat((d / hf_index_name).c_str(), &st) != 0 &&
+          ::lstat((d / hf_single_name).c_str(), &st) != 0)
+        continue;
       hf_swap s;
       if (!identify(d, s) || swapped(s.dir)) continue;
       for (std::size_t i = 0; i < files_.size(); ++i)
         if (same_dir(files_[i].final.parent_path(), s)) s.files.push_back(i);
       if (s.files.empty()) continue;
       if (const std::string why = start_swap(s); !why.empty())
-        notes_.push_back("hf: " + d.string() + ": the old checkpoint replaced in place, not atomically (" + why + ")");
+        note_in_place(d, why);
       else
         swaps_.push_back(std::move(s));
     }
@@ -243,12 +247,13 @@ class staged_outputs {
   // (S then removed).
   std::string start_swap(hf_swap& s) {
     const auto parent = s.dir.parent_path();
-    struct ::stat d {}, p {};
-    if (parent == s.dir || ::stat(s.dir.c_str(), &d) != 0 || ::stat(parent.c_str(), &p) != 0 || p.st_dev != d.st_dev)
+    struct ::stat d {};
+    struct ::stat p {};
+    if (parent == s.dir || ::stat(s.dir.c_str(), &d) != 0 || ::stat(parent.c_str(), &p) != 0 ||
+        p.st_dev != d.st_dev)
       return "it is a mount point";
     s.staging = detail::unique_temp_path(s.dir, ".swap");
-    if (::mkdir(s.staging.c_str(), 0700) != 0)
-      return "cannot create " + s.staging.string() + ": " + std::strerror(errno);
+    if (::mkdir(s.staging.c_str(), 0700) != 0) return failed("cannot create " + s.staging.string());
     std::set<std::string, std::less<>> mine;  // the names this run writes in D
     for (const std::size_t i : s.files) mine.insert(files_[i].final.filename().string());
     const auto keep = [&mine](std::string_view name) {
@@ -257,7 +262,7 @@ class staged_outputs {
     };
     std::string why = carry(s.dir, s.staging, keep);
     if (why.empty() && ::chmod(s.staging.c_str(), d.st_mode & 07777) != 0)
-      why = "cannot set the mode of " + s.staging.string() + ": " + std::strerror(errno);
+      why = failed("cannot set the mode of " + s.staging.string());
     if (!why.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(s.staging, ec);
@@ -280,7 +285,7 @@ class staged_outputs {
       }
       ::closedir(d);
     } else {
-      return "cannot read the directory " + from.string() + ": " + std::strerror(errno);
+      return failed("cannot read the directory " + from.string());
     }
     for (const auto& name : names) {
       const auto src = from / name, dst = to / name;
@@ -288,17 +293,23 @@ class staged_outputs {
       if (::lstat(src.c_str(), &st) != 0) continue;  // gone meanwhile
       if (!S_ISDIR(st.st_mode)) {
         if (::link(src.c_str(), dst.c_str()) != 0)
-          return "cannot link " + src.string() + " to " + dst.string() + ": " + std::strerror(errno);
+          return failed("cannot link " + src.string() + " to " + dst.string());
         continue;
       }
-      if (::mkdir(dst.c_str(), 0700) != 0) return "cannot create " + dst.string() + ": " + std::strerror(errno);
+      if (::mkdir(dst.c_str(), 0700) != 0) return failed("cannot create " + dst.string());
       if (std::string why = carry(src, dst, {}); !why.empty()) return why;
       if (::chmod(dst.c_str(), st.st_mode & 07777) != 0)
-        return "cannot set the mode of " + dst.string() + ": " + std::strerror(errno);
+        return failed("cannot set the mode of " + dst.string());
       give_owner(dst, st);
       if (sync_) detail::fsync_directory(dst);
     }
     return {};
+  }
+
+  // "<what>: <errno's text>", for the call that just failed.
+  static std::string failed(const std::string& what) {
+    const int err = errno;
+    return what + ": " + std::strerror(err);
   }
 
   // Gives directory `p` the owner and group of `like`: best effort, as only root may give a
@@ -317,15 +328,27 @@ class staged_outputs {
       if (sync_) detail::fsync_directory(s.dir.parent_path());
       return;
     }
-    notes_.push_back("hf: " + s.dir.string() + ": the old checkpoint replaced in place, not atomically (cannot exchange " +
-                     s.dir.string() + " and " + s.staging.string() + ": " + std::strerror(err) + ")");
-    for (const std::string_view name : {hf_index_name, hf_single_name}) ::unlink((s.dir / name).c_str());
+    note_in_place(s.dir, "cannot exchange " + s.dir.string() + " and " + s.staging.string() + ": " +
+                             std::strerror(err));
+    remove_index(s.dir);
     for (const std::size_t i : s.files) {
       const auto from = s.staging / files_[i].final.filename();
       if (::rename(from.c_str(), files_[i].final.c_str()) != 0)
-        report_error(op_ + ": " + files_[i].final.string() + ": cannot rename " + from.string() + ": " +
-                     std::strerror(errno));
+        report_error(op_ + ": " + files_[i].final.string() + ": " +
+                     failed("cannot rename " + from.string()));
     }
+  }
+
+  // A Hugging Face directory replaced in place, not atomically, and why: a note for the caller.
+  void note_in_place(const std::filesystem::path& dir, const std::string& why) {
+    notes_.push_back("hf: " + dir.string() +
+                     ": the old checkpoint replaced in place, not atomically (" + why + ")");
+  }
+  // Replacing in place: the index and model.safetensors go first, so that no mix of the old and
+  // the new checkpoint looks complete (the new index, or file, is renamed in last).
+  static void remove_index(const std::filesystem::path& dir) noexcept {
+    for (const std::string_view name : {hf_index_name, hf_single_name})
+      ::unlink((dir / name).c_str());
   }
 
   // Removes the swap directories: the old checkpoints, or (before their swap) the new ones.
