@@ -206,17 +206,51 @@ RC_GTEST_PROP(hf, ckpt_to_hf_and_back, ()) {
   // an existing HF checkpoint is not replaced without force
   RC_ASSERT(reshard_test::throws_error([&] { convert_checkpoint(dir / "in.ckpt", dir / "hf", opts); }, {"exists"}));
   // force: replaced by one with other shards (a bound of one byte: every tensor its own shard,
-  // but empty ones)
+  // but empty ones), swapped in whole; the user's files (config.json, a subdirectory, a symlink)
+  // are the same files after it (their inodes), and nothing is left beside the directory
+  reshard_test::write_text(dir / "hf" / "config.json", "{}");
+  fs::create_directory(dir / "hf" / "tokenizer");
+  reshard_test::write_text(dir / "hf" / "tokenizer" / "vocab.txt", "a b c");
+  fs::create_symlink("config.json", dir / "hf" / "link.json");
+  const auto inode = [&](const fs::path& p) {
+    struct ::stat st {};
+    return ::lstat(p.c_str(), &st) == 0 ? st.st_ino : ino_t{0};
+  };
+  const auto config_ino = inode(dir / "hf" / "config.json");
+  const auto vocab_ino = inode(dir / "hf" / "tokenizer" / "vocab.txt");
+  const auto link_ino = inode(dir / "hf" / "link.json");
   opts.force = true;
   opts.max_shard_bytes = 1;
-  convert_checkpoint(dir / "in.ckpt", dir / "hf", opts);
+  const auto replaced = convert_checkpoint(dir / "in.ckpt", dir / "hf", opts);
+  for (const auto& w : replaced.warnings)
+    RC_ASSERT(w.find("not atomically") == std::string::npos);  // swapped
   const std::size_t count1 = hf_shards(sizes, 1).size();
-  std::vector<std::string> now;
+  std::vector<std::string> now{"config.json", "link.json", "tokenizer", "tokenizer/vocab.txt"};
   for (std::size_t k = 0; k < count1; ++k) now.push_back(hf_shard_name(k, count1));
   if (count1 > 1) now.push_back(std::string(hf_index_name));
   std::sort(now.begin(), now.end());
   RC_ASSERT(reshard_test::list_tree(dir / "hf") == now);
   RC_ASSERT(checkpoint_reader(dir / "hf").entries().size() == ts.size());
+  RC_ASSERT(inode(dir / "hf" / "config.json") == config_ino);
+  RC_ASSERT(inode(dir / "hf" / "tokenizer" / "vocab.txt") == vocab_ino);
+  RC_ASSERT(inode(dir / "hf" / "link.json") == link_ino);
+  RC_ASSERT(fs::read_symlink(dir / "hf" / "link.json") == "config.json");
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    RC_ASSERT(e.path().filename().string().find(".reshard-") == std::string::npos);
+}
+
+// The names that replacing a Hugging Face checkpoint takes for its old shards, and only those.
+TEST(hf, shard_names_are_recognised) {
+  for (std::size_t n : {2u, 3u, 17u, 99999u})
+    for (std::size_t k : {std::size_t{0}, n / 2, n - 1})
+      EXPECT_TRUE(is_hf_shard_name(hf_shard_name(k, n))) << k << n;
+  for (const char* name :
+       {"model.safetensors", "model.safetensors.index.json", "model-0001-of-00002.safetensors",
+        "model-00001-of-000002.safetensors", "model-00001-of-0000x.safetensors",
+        "model-00001_of-00002.safetensors", "model-00001-of-00002.safetensor",
+        "model-00001-of-00002.safetensors.reshard-1.0.part", "xmodel-00001-of-00002.safetensors",
+        "config.json", ""})
+    EXPECT_FALSE(is_hf_shard_name(name)) << name;
 }
 
 namespace {

@@ -71,7 +71,9 @@ class temp_dir {
 // Every path under `root` (relative, sorted): what a run that must write nothing leaves alone.
 inline std::vector<std::string> list_tree(const fs::path& root) {
   std::vector<std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(root)) out.push_back(fs::relative(e.path(), root).string());
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    out.push_back(
+        e.path().lexically_relative(root).string());  // (fs::relative would follow a symlink)
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -319,6 +319,34 @@ TEST(stale_temporaries, only_the_temporaries_of_dead_processes_for_the_destinati
   EXPECT_EQ(detail::remove_stale_temporaries(dir / "missing" / "x.ckpt"), 0u);  // no directory: nothing
 }
 
+// A Hugging Face checkpoint directory D is swapped in from `D.reshard-<pid>.<n>.swap` beside it
+// (io/staging.hpp): a killed run's swap directory goes with everything in it; one of a running
+// process stays, and so do directories of other names.
+TEST(stale_temporaries, the_swap_directories_of_dead_processes_go_with_their_contents) {
+  temp_dir dir;
+  const std::string dead = std::to_string(dead_pid());
+  const std::string self = std::to_string(::getpid());
+  const fs::path stale = dir / ("hf.reshard-" + dead + ".3.swap");
+  fs::create_directories(stale / "sub");
+  write_text(stale / "model.safetensors", "old");
+  write_text(stale / "sub" / "notes.txt", "old");
+  fs::create_directories(dir / ("hf.reshard-" + dead + ".swap") /
+                         "x");  // <pid>.<anything>, as for files
+  const std::vector<std::string> kept{
+      "hf.reshard-" + self + ".1.swap", "hf.reshard-" + dead + ".2.part",
+      "hf.reshard-" + dead + ".2.swapx", "hg.reshard-" + dead + ".1.swap"};
+  for (const auto& d : kept) fs::create_directories(dir / d / "x");
+  EXPECT_EQ(detail::remove_stale_temporaries(dir / "hf"), 2u);
+  auto want = kept;
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(dir.files(), want);
+  EXPECT_TRUE(detail::is_temporary_name("hf.reshard-" + dead + ".3.swap"));
+  EXPECT_TRUE(detail::is_temporary_name("a.b.reshard-1.2.part.reshard-1.3.tmp"));
+  for (const char* name :
+       {"config.json", "x.reshard-", "x.reshard-12", "x.reshard-12.", "x.reshard-a.1.part", ""})
+    EXPECT_FALSE(detail::is_temporary_name(name)) << name;
+}
+
 TEST(stale_temporaries, a_writer_removes_them_when_it_starts) {
   temp_dir dir;
   const std::string dead = std::to_string(dead_pid());

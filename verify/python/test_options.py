@@ -134,6 +134,20 @@ def test_merge_and_convert_write_hugging_face_checkpoints(tmp_path):
     reshard.convert_checkpoint(merged, hf2, output_format="hf", rename={"^": "model."}, exclude=sorted(set(full) - set(numeric)),
                                progress=False)
     assert set(hf_reference.read_model(hf2)) == {"model." + n for n in numeric}
+    # force onto it, in other shards: the new checkpoint is swapped in whole; the user's files are
+    # the same files (inodes) and nothing is left beside the directory (issue 20, row 7)
+    with open(os.path.join(hf2, "config.json"), "w") as f:
+        f.write("{}")
+    os.mkdir(os.path.join(hf2, "tokenizer"))
+    with open(os.path.join(hf2, "tokenizer", "vocab.txt"), "w") as f:
+        f.write("a b")
+    inodes = {p: os.stat(os.path.join(hf2, p)).st_ino for p in ("config.json", "tokenizer/vocab.txt")}
+    s = reshard.convert_checkpoint(merged, hf2, output_format="hf", max_shard_size=1 << 10, force=True,
+                                   exclude=sorted(set(full) - set(numeric)), progress=False)
+    assert s["warnings"] == []
+    assert set(hf_reference.read_model(hf2)) == set(numeric)
+    assert inodes == {p: os.stat(os.path.join(hf2, p)).st_ino for p in inodes}
+    assert not [f for f in os.listdir(m["dir"]) if ".reshard-" in f]
 
 
 def test_bad_arguments_raise_before_anything_is_written(retrain, tmp_path):

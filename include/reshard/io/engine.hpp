@@ -242,7 +242,7 @@ class transform_job {
   /// Step 3: renames the staged files into place and makes the renames durable.
   transform_summary commit() {
     RESHARD_EXPECTS(phase_ == phase::staged, "transform_job: commit() before stage(), or twice");
-    summary_.outputs = commit_plan_outputs(*staging_, !opts_.manifest.empty());
+    commit_plan_outputs(*staging_, !opts_.manifest.empty(), summary_);
     phase_ = phase::done;
     transform_summary s = std::move(summary_);
     finish(s);
@@ -354,7 +354,7 @@ class transform_job {
     for (const auto& [r, rd] : catalogue_.readers()) read.push_back(rd.get());
     describe_sources(s, read);
     s.casts = casts_.records();
-    s.warnings = std::move(warnings_);
+    s.warnings.insert(s.warnings.begin(), warnings_.begin(), warnings_.end());  // then the commit's
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     s.peak_rss_bytes = peak_rss_bytes();
     s.jobs = threads();

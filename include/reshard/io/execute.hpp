@@ -33,7 +33,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <regex>
 #include <set>
 #include <string>
 #include <utility>
@@ -200,7 +199,7 @@ inline void check_manifest_path(const std::filesystem::path& manifest,
   for (const auto& d : hf_dirs) {
     const auto dir = norm(d);
     if (m == dir || m == dir / hf_index_name || m == dir / hf_single_name ||
-        std::regex_match(m.filename().string(), std::regex(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)")))
+        is_hf_shard_name(m.filename().string()))
       if (m.parent_path() == dir || m == dir)
         report_error(who + "is a file of the Hugging Face checkpoint " + d.string() + " this run writes");
   }
@@ -255,11 +254,13 @@ inline transform_summary stage_plan(const checkpoint_plan& plan, const plan_sour
   return s;
 }
 
-/// Renames what stage_plan staged into place; returns the plan's files (not the manifest).
-inline std::vector<std::filesystem::path> commit_plan_outputs(staged_outputs& out, bool manifest) {
-  std::vector<std::filesystem::path> files = out.commit();
-  if (manifest) files.pop_back();  // the manifest, renamed last
-  return files;
+/// Renames what stage_plan staged into place: the plan's files (not the manifest) become
+/// `s.outputs`, and what the renames did that the caller may not expect (a Hugging Face
+/// checkpoint replaced in place: staged_outputs::notes) is added to `s.warnings`.
+inline void commit_plan_outputs(staged_outputs& out, bool manifest, transform_summary& s) {
+  s.outputs = out.commit();
+  if (manifest) s.outputs.pop_back();  // the manifest, renamed last
+  s.warnings.insert(s.warnings.end(), out.notes().begin(), out.notes().end());
 }
 
 /// One run of a checkpoint plan (a plan read back with plan_from_json, or one part of it), in
@@ -323,13 +324,13 @@ class plan_run {
   transform_summary commit() {
     RESHARD_EXPECTS(phase_ == phase::staged, "plan_run: commit() before stage(), or twice");
     transform_summary s = std::move(summary_);
-    s.outputs = commit_plan_outputs(*staging_, !o_.manifest.empty());
+    commit_plan_outputs(*staging_, !o_.manifest.empty(), s);
     phase_ = phase::done;
     std::vector<const checkpoint_reader*> read;
     for (const auto& [r, rd] : readers_) read.push_back(rd.get());
     describe_sources(s, read);
     s.casts = plan_.casts;
-    s.warnings = plan_.warnings;
+    s.warnings.insert(s.warnings.begin(), plan_.warnings.begin(), plan_.warnings.end());
     s.jobs = jobs();
     s.buffer_bytes = o_.buffer_bytes;
     s.reads = reads();

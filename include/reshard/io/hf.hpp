@@ -9,6 +9,7 @@
 //   is_hf_directory      a directory holding the index or model.safetensors
 //   hf_shards            Hugging Face's rule for filling shards of at most max_shard_bytes
 //   hf_shard_name        "model-00002-of-00005.safetensors"
+//   is_hf_shard_name     whether a file's name is of that form
 //   hf_index_json        the text of model.safetensors.index.json
 //
 // The facts (file names, index fields, the sharding rule, the shards' metadata) are in
@@ -67,6 +68,21 @@ inline std::string hf_shard_name(std::size_t k, std::size_t count) {
   char name[64];
   std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, count);
   return name;
+}
+
+/// Whether `name` is a shard's name as hf_shard_name makes it, "model-NNNNN-of-NNNNN.safetensors"
+/// (five digits each): the files of a Hugging Face checkpoint that replacing it removes.
+inline bool is_hf_shard_name(std::string_view name) noexcept {
+  constexpr std::string_view head = "model-", mid = "-of-", tail = ".safetensors";
+  const auto digits = [&](std::size_t at) {
+    for (std::size_t i = at; i < at + 5; ++i)
+      if (name[i] < '0' || name[i] > '9') return false;
+    return true;
+  };
+  if (name.size() != head.size() + 5 + mid.size() + 5 + tail.size()) return false;
+  return name.substr(0, head.size()) == head && digits(head.size()) &&
+         name.substr(head.size() + 5, mid.size()) == mid && digits(head.size() + 5 + mid.size()) &&
+         name.substr(name.size() - tail.size()) == tail;
 }
 
 /// Hugging Face's rule for filling shards, over tensor sizes in order: a tensor larger than

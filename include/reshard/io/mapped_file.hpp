@@ -9,7 +9,9 @@
 // outputs of the workflows `D.reshard-<pid>.<n>.part` (io/transform.hpp). None ends in `.ckpt` or
 // `.safetensors`, so no reader takes one for a checkpoint. A process killed while writing leaves
 // its temporaries; the next writer of D removes those whose process is no longer running
-// (remove_stale_temporaries).
+// (remove_stale_temporaries). Replacing a Hugging Face checkpoint directory D assembles the new
+// one in the directory `D.reshard-<pid>.<n>.swap` beside it (io/staging.hpp): the one kind of
+// temporary that is a directory.
 //
 // Test-only fault injection: with RESHARD_TEST_CRASH_AFTER=N in the environment, the process
 // SIGKILLs itself when its writers have made N units of progress, a unit being one byte written
@@ -191,14 +193,14 @@ inline void crash_point() noexcept {
 }
 
 // -- temporaries
-inline std::string temp_marker() { return ".reshard-"; }
+constexpr std::string_view temp_marker() noexcept { return ".reshard-"; }
 
 // `dest` + ".reshard-<pid>.<n><ending>", n counting up in this process: unique per call, so two
 // threads (or two jobs) of one process writing the same destination never share a temporary.
 inline std::filesystem::path unique_temp_path(const std::filesystem::path& dest, std::string_view ending = ".tmp") {
   static std::atomic<std::uint64_t> counter{0};
   std::filesystem::path tmp = dest;
-  std::string suffix = temp_marker();
+  std::string suffix(temp_marker());
   suffix.append(std::to_string(::getpid())).append(".").append(std::to_string(counter.fetch_add(1))).append(ending);
   tmp += suffix;
   return tmp;
@@ -210,35 +212,59 @@ inline bool process_alive(long long pid) noexcept {
   return ::kill(static_cast<::pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
+// The pid in what follows the marker of a temporary's name ("<pid>.<rest>", up to 12 digits and
+// something after the dot), or -1 when `rest` is not of that form.
+inline long long temporary_pid(std::string_view rest) noexcept {
+  std::size_t digits = 0;
+  long long pid = 0;
+  while (digits < rest.size() && digits < 12 && rest[digits] >= '0' && rest[digits] <= '9')
+    pid = pid * 10 + (rest[digits++] - '0');
+  if (digits == 0 || digits + 1 >= rest.size() || rest[digits] != '.') return -1;
+  return pid;
+}
+
+// Whether `name` is the name of one of reshard's temporaries, `<anything>.reshard-<pid>.<rest>`.
+inline bool is_temporary_name(std::string_view name) noexcept {
+  constexpr std::string_view marker = temp_marker();
+  for (auto at = name.find(marker); at != std::string_view::npos; at = name.find(marker, at + 1))
+    if (temporary_pid(name.substr(at + marker.size())) >= 0) return true;
+  return false;
+}
+
 /// Removes the temporaries that killed processes left for destination `dest`: the regular files
 /// in its directory named `<dest name>.reshard-<pid>.<anything>` whose process <pid> is not
-/// running. A temporary of a running process (another writer, this one) is kept, and so is
-/// everything else. Best effort: returns how many files were removed; errors are ignored (a
-/// temporary that cannot be removed harms nothing but space).
+/// running, and the directories `<dest name>.reshard-<pid>.<anything>.swap` (a Hugging Face
+/// checkpoint being swapped in, io/staging.hpp) with everything in them. A temporary of a running
+/// process (another writer, this one) is kept, and so is everything else. Best effort: returns how
+/// many were removed; errors are ignored (a temporary that cannot be removed harms nothing but
+/// space).
 inline std::size_t remove_stale_temporaries(const std::filesystem::path& dest) noexcept {
   std::size_t removed = 0;
   try {
     const std::filesystem::path dir = dest.parent_path().empty() ? std::filesystem::path(".") : dest.parent_path();
-    const std::string prefix = dest.filename().string() + temp_marker();
+    const std::string prefix = dest.filename().string().append(temp_marker());
     DIR* d = ::opendir(dir.c_str());
     if (!d) return 0;
     std::vector<std::string> stale;
     while (const ::dirent* e = ::readdir(d)) {
       const std::string_view name(e->d_name);
       if (name.size() <= prefix.size() || name.substr(0, prefix.size()) != prefix) continue;
-      std::string_view rest = name.substr(prefix.size());
-      std::size_t digits = 0;
-      while (digits < rest.size() && digits < 12 && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
-      if (digits == 0 || digits + 1 >= rest.size() || rest[digits] != '.') continue;
-      const long long pid = std::stoll(std::string(rest.substr(0, digits)));
-      if (process_alive(pid)) continue;
+      const long long pid = temporary_pid(name.substr(prefix.size()));
+      if (pid < 0 || process_alive(pid)) continue;
       stale.emplace_back(name);
     }
     ::closedir(d);
     for (const auto& name : stale) {
       const std::filesystem::path p = dir / name;
       struct ::stat st {};
-      if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(p.c_str()) == 0) ++removed;
+      if (::lstat(p.c_str(), &st) != 0) continue;
+      if (S_ISREG(st.st_mode) && ::unlink(p.c_str()) == 0) ++removed;
+      const std::string_view swap = ".swap";
+      if (S_ISDIR(st.st_mode) && name.size() > swap.size() &&
+          name.compare(name.size() - swap.size(), swap.size(), swap) == 0) {
+        std::error_code ec;
+        if (std::filesystem::remove_all(p, ec) != static_cast<std::uintmax_t>(-1) && !ec) ++removed;
+      }
     }
   } catch (...) {  // std::bad_alloc from a path: nothing removed, nothing lost
   }
@@ -261,6 +287,18 @@ inline int rename_no_replace(const std::filesystem::path& from, const std::files
   struct ::stat st {};
   if (::lstat(to.c_str(), &st) == 0) return EEXIST;
   return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+}
+
+// Exchanges the entries `a` and `b` (two directories, or files) in one step: renameat2's
+// RENAME_EXCHANGE. Returns 0 or an errno value (EINVAL where the filesystem cannot, ENOSYS where
+// the system has no renameat2).
+inline int exchange_paths(const std::filesystem::path& a, const std::filesystem::path& b) noexcept {
+#if defined(RENAME_EXCHANGE)
+  return ::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0 ? 0 : errno;
+#else
+  (void)a, (void)b;
+  return ENOSYS;
+#endif
 }
 
 inline void fsync_directory(const std::filesystem::path& dir) noexcept {

@@ -3,8 +3,8 @@
 // renamed into place only when every file is complete; until then an object of this class owns
 // the staged files and the directories it created, and removes them if it is destroyed before
 // commit(). It is the one place that creates output directories, removes the temporaries of
-// killed runs, fsyncs the staged files and the directories, renames, and (replacing a Hugging
-// Face checkpoint) removes the shards of the old one.
+// killed runs, fsyncs the staged files and the directories, renames, and replaces a Hugging
+// Face checkpoint.
 //
 //   staged_outputs out("transform", force, sync);
 //   auto parts = out.add(files);      // the staged path of each file; checks they may be written
@@ -12,23 +12,42 @@
 //   ... write every part ...
 //   out.sync();                       // all parts fsynced together (sync)
 //   auto finals = out.commit();       // renamed in order, directories fsynced (sync)
+//
+// Replacing a Hugging Face checkpoint (force, onto a directory D that holds an index or
+// model.safetensors) is atomic as a loader sees it: a kill at any moment leaves D holding the
+// old checkpoint or the new one, complete, never a mix and never neither. The new checkpoint is
+// assembled in a directory S = `D.reshard-<pid>.<n>.swap` beside D: every entry of D that is not
+// part of the old checkpoint (its index, model.safetensors, files named like shards,
+// `model-NNNNN-of-NNNNN.safetensors`), not a reshard temporary and not a name this run writes
+// there is hard-linked into S (subdirectories made anew, their files linked: the same files
+// under both names, config.json, the tokenizer, ...); the new files are renamed into S; then one
+// renameat2(RENAME_EXCHANGE) swaps S and D, and S, now holding the old checkpoint, is removed.
+// Where that cannot be done (no RENAME_EXCHANGE or hard links on the filesystem, D a mount
+// point, D's parent not writable) D is replaced in place, not atomically, and commit() says so
+// in notes(): its index and model.safetensors are removed first (so no mixed checkpoint looks
+// complete), the new files renamed in, the index last, then the old shards removed. Why this
+// design: docs/formats.md, section 7.
 #pragma once
 
 #include <reshard/error.hpp>
 #include <reshard/io/hf.hpp>
 #include <reshard/io/mapped_file.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
-#include <regex>
+#include <functional>
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,9 +76,8 @@ class staged_outputs {
     return parts;
   }
 
-  /// `dir` is a Hugging Face checkpoint being written: with force, its index and single file are
-  /// unlinked before the renames (no old or mixed checkpoint looks complete from then on), and
-  /// the old shards that the new one does not have are removed after them.
+  /// `dir` is a Hugging Face checkpoint being written: with force, an old one there is replaced
+  /// (atomically where it can be: see the top of this file).
   void replaces_hf(std::filesystem::path dir) { hf_dirs_.push_back(std::move(dir)); }
 
   /// Creates the missing parent directories of the files staged since the last call (removed
@@ -85,6 +103,11 @@ class staged_outputs {
       }
     }
     for (std::size_t i = from; i < files_.size(); ++i) detail::remove_stale_temporaries(files_[i].final);
+    for (const auto& d : hf_dirs_) {  // the swap directories killed runs left beside them
+      std::error_code ec;
+      if (const auto dir = std::filesystem::canonical(d, ec); !ec)
+        detail::remove_stale_temporaries(dir);
+    }
   }
 
   /// Makes every staged file durable, in parallel (sync; otherwise nothing).
@@ -98,16 +121,26 @@ class staged_outputs {
 
   /// Renames every staged file into place, in order; returns the final paths. On a failure, the
   /// files renamed so far are removed (new files only) and the staged ones stay for discard().
+  /// With force, a Hugging Face checkpoint there is replaced (see the top of this file): the
+  /// files of its directory are renamed into the swap directory, and the swap made after the last
+  /// of them.
   std::vector<std::filesystem::path> commit() {
     RESHARD_EXPECTS(!committed_, "staged_outputs: commit() twice");
-    if (force_)
+    if (force_) {
+      begin_swaps();
       for (const auto& d : hf_dirs_)
-        for (const std::string_view name : {hf_index_name, hf_single_name}) ::unlink((d / name).c_str());
+        if (!swapped(d)) remove_index(d);
+    }
     std::vector<std::filesystem::path> done;
     for (std::size_t i = 0; i < files_.size(); ++i) {
       int err = 0;
       detail::crash_point();  // test-only (RESHARD_TEST_CRASH_AFTER)
-      if (force_) {
+      const hf_swap* swap = swap_of(i);
+      if (swap) {
+        if (::rename(files_[i].part.c_str(),
+                     (swap->staging / files_[i].final.filename()).c_str()) != 0)
+          err = errno;
+      } else if (force_) {
         if (::rename(files_[i].part.c_str(), files_[i].final.c_str()) != 0) err = errno;
       } else {
         err = detail::rename_no_replace(files_[i].part, files_[i].final);
@@ -121,8 +154,10 @@ class staged_outputs {
       }
       files_[i].renamed = true;
       done.push_back(files_[i].final);
+      if (swap && i == swap->files.back()) finish_swap(*swap);
     }
     committed_ = true;
+    remove_swaps();  // the old checkpoints
     if (force_) remove_old_shards(done);
     std::set<std::filesystem::path> dirs;  // make the renames and the new directories durable
     for (const auto& f : files_) dirs.insert(f.final.parent_path());
@@ -135,8 +170,13 @@ class staged_outputs {
     return done;
   }
 
+  /// What commit() did that the caller may not expect: a Hugging Face checkpoint replaced in
+  /// place, not atomically, and why.
+  const std::vector<std::string>& notes() const noexcept { return notes_; }
+
   /// Removes the staged files not renamed and the directories created (only if empty).
   void discard() noexcept {
+    remove_swaps();
     for (const auto& f : files_)
       if (!f.renamed) ::unlink(f.part.c_str());
     files_.clear();
@@ -149,17 +189,187 @@ class staged_outputs {
   }
 
  private:
-  // force onto a Hugging Face checkpoint: removes the shards of the one replaced (files named
-  // model-<k>-of-<n>.safetensors) that the new one does not have.
+  // A Hugging Face checkpoint directory replaced by a swap (the top of this file).
+  struct hf_swap {
+    std::filesystem::path dir;      // D, resolved
+    std::filesystem::path staging;  // S beside it: the new checkpoint, then (swapped) the old one
+    dev_t dev = 0;                  // D's identity
+    ino_t ino = 0;
+    std::vector<std::size_t> files;  // the files_ renamed into S, in order
+  };
+
+  // The directory D of `d` and its identity, or false.
+  static bool identify(const std::filesystem::path& d, hf_swap& s) {
+    std::error_code ec;
+    s.dir = std::filesystem::canonical(d, ec);
+    struct ::stat st {};
+    if (ec || ::stat(s.dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+    s.dev = st.st_dev;
+    s.ino = st.st_ino;
+    return true;
+  }
+  static bool same_dir(const std::filesystem::path& p, const hf_swap& s) {
+    struct ::stat st {};
+    return ::stat(p.c_str(), &st) == 0 && st.st_dev == s.dev && st.st_ino == s.ino;
+  }
+  bool swapped(const std::filesystem::path& d) const {
+    for (const auto& s : swaps_)
+      if (same_dir(d, s)) return true;
+    return false;
+  }
+  const hf_swap* swap_of(std::size_t i) const {
+    for (const auto& s : swaps_)
+      if (std::find(s.files.begin(), s.files.end(), i) != s.files.end()) return &s;
+    return nullptr;
+  }
+
+  // force: for each Hugging Face directory holding a checkpoint, makes its swap directory and
+  // carries the other entries into it; a directory that cannot be swapped is noted (in place).
+  void begin_swaps() {
+    for (const auto& d : hf_dirs_) {
+      struct ::stat st {};
+      if (::lstat((d / hf_index_name).c_str(), &st) != 0 &&
+          ::lstat((d / hf_single_name).c_str(), &st) != 0)
+        continue;
+      hf_swap s;
+      if (!identify(d, s) || swapped(s.dir)) continue;
+      for (std::size_t i = 0; i < files_.size(); ++i)
+        if (same_dir(files_[i].final.parent_path(), s)) s.files.push_back(i);
+      if (s.files.empty()) continue;
+      if (const std::string why = start_swap(s); !why.empty())
+        note_in_place(d, why);
+      else
+        swaps_.push_back(std::move(s));
+    }
+  }
+
+  // Makes S and carries D's other entries into it; an empty string, or why it cannot be swapped
+  // (S then removed).
+  std::string start_swap(hf_swap& s) {
+    const auto parent = s.dir.parent_path();
+    struct ::stat d {};
+    struct ::stat p {};
+    if (parent == s.dir || ::stat(s.dir.c_str(), &d) != 0 || ::stat(parent.c_str(), &p) != 0 ||
+        p.st_dev != d.st_dev)
+      return "it is a mount point";
+    s.staging = detail::unique_temp_path(s.dir, ".swap");
+    if (::mkdir(s.staging.c_str(), 0700) != 0) return failed("cannot create " + s.staging.string());
+    std::set<std::string, std::less<>> mine;  // the names this run writes in D
+    for (const std::size_t i : s.files) mine.insert(files_[i].final.filename().string());
+    const auto keep = [&mine](std::string_view name) {
+      return name != hf_index_name && name != hf_single_name && !is_hf_shard_name(name) &&
+             !detail::is_temporary_name(name) && !mine.count(name);
+    };
+    std::string why = carry(s.dir, s.staging, keep);
+    if (why.empty() && ::chmod(s.staging.c_str(), d.st_mode & 07777) != 0)
+      why = failed("cannot set the mode of " + s.staging.string());
+    if (!why.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(s.staging, ec);
+      return why;
+    }
+    give_owner(s.staging, d);
+    return {};
+  }
+
+  // Hard-links every entry of directory `from` that `keep` accepts (no `keep`: all of them) into
+  // the new directory `to`; a subdirectory is made anew with its mode and owner, and all of it
+  // carried in turn. An empty string, or what failed.
+  std::string carry(const std::filesystem::path& from, const std::filesystem::path& to,
+                    const std::function<bool(std::string_view)>& keep) const {
+    std::vector<std::string> names;
+    if (DIR* d = ::opendir(from.c_str())) {
+      while (const ::dirent* e = ::readdir(d)) {
+        const std::string_view name(e->d_name);
+        if (name != "." && name != ".." && (!keep || keep(name))) names.emplace_back(name);
+      }
+      ::closedir(d);
+    } else {
+      return failed("cannot read the directory " + from.string());
+    }
+    for (const auto& name : names) {
+      const auto src = from / name, dst = to / name;
+      struct ::stat st {};
+      if (::lstat(src.c_str(), &st) != 0) continue;  // gone meanwhile
+      if (!S_ISDIR(st.st_mode)) {
+        if (::link(src.c_str(), dst.c_str()) != 0)
+          return failed("cannot link " + src.string() + " to " + dst.string());
+        continue;
+      }
+      if (::mkdir(dst.c_str(), 0700) != 0) return failed("cannot create " + dst.string());
+      if (std::string why = carry(src, dst, {}); !why.empty()) return why;
+      if (::chmod(dst.c_str(), st.st_mode & 07777) != 0)
+        return failed("cannot set the mode of " + dst.string());
+      give_owner(dst, st);
+      if (sync_) detail::fsync_directory(dst);
+    }
+    return {};
+  }
+
+  // "<what>: <errno's text>", for the call that just failed.
+  static std::string failed(const std::string& what) {
+    const int err = errno;
+    return what + ": " + std::strerror(err);
+  }
+
+  // Gives directory `p` the owner and group of `like`: best effort, as only root may give a
+  // directory to another owner.
+  static void give_owner(const std::filesystem::path& p, const struct ::stat& like) noexcept {
+    if (::lchown(p.c_str(), like.st_uid, like.st_gid) != 0) return;
+  }
+
+  // Every new file of `s` is in S: swaps S and D (one renameat2); where that fails, renames them
+  // into D in place instead.
+  void finish_swap(const hf_swap& s) {
+    if (sync_) detail::fsync_directory(s.staging);
+    detail::crash_point();  // test-only: the swap is a rename too
+    const int err = detail::exchange_paths(s.staging, s.dir);
+    if (err == 0) {
+      if (sync_) detail::fsync_directory(s.dir.parent_path());
+      return;
+    }
+    note_in_place(s.dir, "cannot exchange " + s.dir.string() + " and " + s.staging.string() + ": " +
+                             std::strerror(err));
+    remove_index(s.dir);
+    for (const std::size_t i : s.files) {
+      const auto from = s.staging / files_[i].final.filename();
+      if (::rename(from.c_str(), files_[i].final.c_str()) != 0)
+        report_error(op_ + ": " + files_[i].final.string() + ": " +
+                     failed("cannot rename " + from.string()));
+    }
+  }
+
+  // A Hugging Face directory replaced in place, not atomically, and why: a note for the caller.
+  void note_in_place(const std::filesystem::path& dir, const std::string& why) {
+    notes_.push_back("hf: " + dir.string() +
+                     ": the old checkpoint replaced in place, not atomically (" + why + ")");
+  }
+  // Replacing in place: the index and model.safetensors go first, so that no mix of the old and
+  // the new checkpoint looks complete (the new index, or file, is renamed in last).
+  static void remove_index(const std::filesystem::path& dir) noexcept {
+    for (const std::string_view name : {hf_index_name, hf_single_name})
+      ::unlink((dir / name).c_str());
+  }
+
+  // Removes the swap directories: the old checkpoints, or (before their swap) the new ones.
+  void remove_swaps() noexcept {
+    for (const auto& s : swaps_) {
+      std::error_code ec;
+      std::filesystem::remove_all(s.staging, ec);  // best effort: a later run removes what is left
+    }
+    swaps_.clear();
+  }
+
+  // force onto a Hugging Face checkpoint replaced in place: removes the shards of the old one
+  // (files named model-<k>-of-<n>.safetensors) that the new one does not have.
   void remove_old_shards(const std::vector<std::filesystem::path>& mine_list) {
     if (hf_dirs_.empty()) return;
     const std::set<std::filesystem::path> mine(mine_list.begin(), mine_list.end());
-    const std::regex shard(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
     for (const auto& d : hf_dirs_) {
       std::error_code ec;
       for (const auto& e : std::filesystem::directory_iterator(d, ec)) {
         const auto name = e.path().filename().string();
-        if (!mine.count(e.path()) && std::regex_match(name, shard)) ::unlink(e.path().c_str());
+        if (!mine.count(e.path()) && is_hf_shard_name(name)) ::unlink(e.path().c_str());
       }
     }
   }
@@ -177,6 +387,8 @@ class staged_outputs {
   std::vector<file> files_;
   std::size_t prepared_ = 0;  // files_[0, prepared_) were prepared
   std::vector<std::filesystem::path> hf_dirs_;
+  std::vector<hf_swap> swaps_;  // commit(): the Hugging Face directories being swapped
+  std::vector<std::string> notes_;
   std::vector<std::filesystem::path> created_dirs_;
 };
 
