@@ -787,7 +787,8 @@ namespace {
 std::vector<std::vector<std::vector<std::byte>>> execute_in_groups(const checkpoint_plan& pl, const plan_sources& sources,
                                                                    std::uint64_t buffer, read_mode mode,
                                                                    const std::vector<std::vector<std::size_t>>& groups,
-                                                                   std::uint64_t& file_bytes, std::uint64_t& needed) {
+                                                                   std::uint64_t& file_bytes, std::uint64_t& needed,
+                                                                   unsigned threads = 1) {
   plan_executor run(pl, sources, {1, buffer}, mode, "test");
   std::vector<std::vector<std::vector<std::byte>>> out(pl.targets.size());
   file_bytes = needed = 0;
@@ -805,7 +806,7 @@ std::vector<std::vector<std::vector<std::byte>>> execute_in_groups(const checkpo
       sinks.push_back(std::make_unique<memory_sink>(allocate, pl.targets[i].rank));
       outs.push_back(sinks.back().get());
     }
-    for (const auto& s : run.run_targets(group, outs)) file_bytes += s.file_bytes_read, needed += s.bytes_read;
+    for (const auto& s : run.run_targets(group, outs, threads)) file_bytes += s.file_bytes_read, needed += s.bytes_read;
   }
   return out;
 }
@@ -823,7 +824,8 @@ std::vector<index_t> ranks_read(const plan_target& t) {
 
 // Read groups (law E7): read_groups cuts the targets into runs of consecutive targets that read
 // the same source files, each target in exactly one group, at most `most` to a group; executed
-// together (run_targets) a group gives every target the bytes it gets alone; in mmap both copy
+// together (run_targets, its rounds on 1 to 3 threads) a group gives every target the bytes it
+// gets alone; in mmap both copy
 // exactly the bytes needed from the mappings, and alone a target reads at least what it needs.
 RC_GTEST_PROP(engine_plans, read_groups_write_what_targets_alone_write, ()) {
   const scenario s = gen_scenario();
@@ -852,7 +854,8 @@ RC_GTEST_PROP(engine_plans, read_groups_write_what_targets_alone_write, ()) {
   const read_mode mode = *rc::gen::element(read_mode::mmap, read_mode::pread);
   std::uint64_t file_alone = 0, file_grouped = 0, need_alone = 0, need_grouped = 0;
   const auto by_one = execute_in_groups(pl, sources, buffer, mode, alone, file_alone, need_alone);
-  const auto together = execute_in_groups(pl, sources, buffer, mode, groups, file_grouped, need_grouped);
+  const unsigned threads = *rc::gen::inRange(1u, 4u);  // a group's rounds shared by threads
+  const auto together = execute_in_groups(pl, sources, buffer, mode, groups, file_grouped, need_grouped, threads);
   RC_ASSERT(together == by_one);
   RC_ASSERT(need_grouped == pl.bytes_read);
   RC_ASSERT(need_alone == pl.bytes_read);
@@ -894,7 +897,7 @@ TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
   for (std::size_t i = 0; i < pl.targets.size(); ++i) alone.push_back({i});
   std::uint64_t file_alone = 0, file_grouped = 0, need_alone = 0, need_grouped = 0;
   const auto by_one = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, alone, file_alone, need_alone);
-  const auto together = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, groups, file_grouped, need_grouped);
+  const auto together = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, groups, file_grouped, need_grouped, 2);
   EXPECT_EQ(together, by_one);
   const std::uint64_t w = 8 * 256 * 8;  // the tensor's bytes (int64)
   EXPECT_EQ(need_grouped, w + 8 * 8);   // and global_step's, once per target

@@ -50,8 +50,9 @@ struct plan_write_config {
   bool digests = false;  ///< SHA-256 of every file written
   std::function<void(const transform_progress&)> progress{};
   /// The targets that read the same source files written together, each range they share read
-  /// once (read_groups; at most as many to a group as targets per job, and 8). Off under a memory
-  /// budget: each target of a group holds its file writer's buffer.
+  /// once (read_groups, at most 8 to a group; with fewer groups than jobs, a group's reads, copies
+  /// and writes shared by the jobs). Off under a memory budget: each target of a group holds its
+  /// file writer's buffer.
   bool read_groups = true;
 };
 
@@ -71,8 +72,9 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   const file_sink_options fo{plan.crc, plan.chunk_bytes, c.sync ? durability::deferred : durability::none, c.digests};
   std::vector<transform_summary> per(plan.targets.size());
   const unsigned jobs = std::max(c.exec.jobs, 1u);
-  const std::size_t most = c.read_groups ? std::clamp<std::size_t>((plan.targets.size() + jobs - 1) / jobs, 1, 8) : 1;
-  const auto groups = read_groups(plan, most);
+  const auto groups = read_groups(plan, c.read_groups ? 8 : 1);
+  // fewer groups than jobs: each group's rounds shared by the jobs it leaves free
+  const auto inner = static_cast<unsigned>(std::max<std::size_t>(1, jobs / std::max<std::size_t>(groups.size(), 1)));
   reshard::parallel_for(groups.size(), jobs, [&](std::size_t k) {
     const std::vector<std::size_t>& group = groups[k];
     std::vector<std::unique_ptr<target_file_sink>> sinks;
@@ -81,7 +83,7 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
       sinks.push_back(std::make_unique<target_file_sink>(plan.targets[i], std::move(parts[i]), fo));
       outs.push_back(sinks.back().get());
     }
-    std::vector<transform_summary> done = run.run_targets(group, outs);
+    std::vector<transform_summary> done = run.run_targets(group, outs, inner);
     for (std::size_t g = 0; g < group.size(); ++g) {
       transform_summary& s = done[g];
       s.written = std::move(sinks[g]->records());

@@ -215,15 +215,18 @@ class plan_executor {
   /// each, in lockstep: the k-th items of all of them, then the (k+1)-th; the chunks of their
   /// sliced items round by round, so that a source range several of them need is read once
   /// (read_mode::pread). Each target's items reach its sink in order, open_file() before each
-  /// file's first, finish() at the end. Returns what was done per target: sliced, copied,
+  /// file's first, finish() at the end. `threads` share each round's reads, copies and writes
+  /// (for a group that has the machine's cores to itself). Returns what was done per target: sliced, copied,
   /// bytes_read (tensor bytes needed from the sources), file_bytes_read (bytes read from the
   /// files; a range read for several targets is counted once, by the first), bytes_written (the
   /// tensor bytes given to the sink).
-  std::vector<transform_summary> run_targets(std::span<const std::size_t> group, std::span<tensor_sink* const> outs) {
+  std::vector<transform_summary> run_targets(std::span<const std::size_t> group, std::span<tensor_sink* const> outs,
+                                             unsigned threads = 1) {
     RESHARD_EXPECTS(!group.empty() && group.size() == outs.size(), "plan_executor: one sink per target of a group");
     std::vector<transform_summary> s(group.size());
     std::vector<member> m(group.size());
     round_jobs r;  // reused by every chunk round of the group
+    r.threads = std::max(threads, 1u);
     std::size_t rounds = 0;
     for (std::size_t g = 0; g < group.size(); ++g) rounds = std::max(rounds, plan_.targets.at(group[g]).items.size());
     std::vector<std::size_t> sliced;  // the members whose item of this round is sliced
@@ -406,7 +409,16 @@ class plan_executor {
       std::size_t job;
     };
     std::vector<file_range> ranges;
-    std::vector<std::byte> range;  // pread: a cluster of ranges read at once
+    std::vector<std::byte> range;  // pread: the clusters of ranges read at once, one after another
+    unsigned threads = 1;          // sharing the round's reads, copies and writes
+    struct cluster {  // ranges [first, end) of `ranges`, of one file, read as [lo, hi) (dense) into `range` at `at`
+      std::size_t first, end;
+      std::uint64_t lo, hi;
+      bool dense;
+      std::size_t at;
+    };
+    std::vector<cluster> clusters;
+    std::vector<std::pair<std::size_t, std::uint64_t>> pieces;  // a batch's reads: (cluster, offset in it)
   };
 
   // The sliced items of the members `who` (m[g].it, one each, the same round), assembled chunk
@@ -434,8 +446,9 @@ class plan_executor {
           s[r.owner[k]].file_bytes_read += n;
         }
       }
-      for (std::size_t g : who)
-        if (c < m[g].chunks.size()) emit(m[g], *outs[g]);
+      reshard::parallel_for(who.size(), r.threads, [&](std::size_t w) {  // each member its own sink
+        if (c < m[who[w]].chunks.size()) emit(m[who[w]], *outs[who[w]]);
+      });
     }
     for (std::size_t g : who) {
       member& x = m[g];
@@ -551,7 +564,7 @@ class plan_executor {
       }
     }
     r.jobs.resize(kept);
-    reshard::detail::run_jobs(r.jobs, 1);
+    reshard::detail::run_jobs(r.jobs, r.threads);
     for (const auto& [rank, range] : touched) budget_.touched(rank, range);
   }
 
@@ -582,6 +595,43 @@ class plan_executor {
     std::sort(r.ranges.begin(), r.ranges.end(), [](const auto& a, const auto& b) {
       return a.rank != b.rank ? a.rank < b.rank : a.lo < b.lo;
     });
+    // the clusters: [first, end) of r.ranges, read and copied in batches (dense ones into r.range,
+    // at `at`): one cluster at a time on one thread, as the memory budget assumes; with more
+    // threads, clusters up to 4 buffers at once, their reads cut in pieces of at least 1 MiB and
+    // their jobs shared by the threads
+    using cluster = round_jobs::cluster;
+    std::vector<cluster>& cs = r.clusters;
+    const std::uint64_t batch = r.threads > 1 ? 4 * exec_.buffer_bytes : 0;
+    std::size_t bytes = 0;
+    cs.clear();
+    const auto run_batch = [&] {
+      r.range.resize(bytes);
+      auto& pieces = r.pieces;
+      pieces.clear();
+      const std::uint64_t piece = std::max<std::uint64_t>(std::uint64_t{1} << 20, bytes / r.threads + 1);
+      for (std::size_t k = 0; k < cs.size(); ++k)
+        if (cs[k].dense)
+          for (std::uint64_t off = 0; off < cs[k].hi - cs[k].lo; off += piece) pieces.emplace_back(k, off);
+      reshard::parallel_for(pieces.size(), r.threads, [&](std::size_t p) {
+        const cluster& c = cs[pieces[p].first];
+        const std::uint64_t off = pieces[p].second, n = std::min(piece, c.hi - c.lo - off);
+        source(r.ranges[c.first].rank)
+            .pread_into(std::span<std::byte>(r.range.data() + c.at + off, static_cast<std::size_t>(n)), c.lo + off);
+      });
+      const std::size_t from = cs.front().first, to = cs.back().end;
+      reshard::parallel_for(to - from, r.threads, [&](std::size_t i) {
+        const std::size_t q = from + i;
+        const auto c = std::upper_bound(cs.begin(), cs.end(), q, [](std::size_t v, const cluster& x) { return v < x.first; }) - 1;
+        const checkpoint_reader& rd = source(r.ranges[q].rank);
+        if (c->dense) {
+          copy_from_range(r, r.ranges[q], rd, c->lo, r.range.data() + c->at);
+        } else {
+          read_runs(r.jobs[r.ranges[q].job], *r.view[r.ranges[q].job], rd);
+        }
+      });
+      cs.clear();
+      bytes = 0;
+    };
     for (std::size_t i = 0; i < r.ranges.size();) {
       std::uint64_t hi = r.ranges[i].hi, need = r.ranges[i].need;
       std::size_t e = i + 1;
@@ -589,21 +639,19 @@ class plan_executor {
         hi = std::max(hi, r.ranges[e].hi);
         need += r.ranges[e].need;
       }
-      const checkpoint_reader& rd = source(r.ranges[i].rank);
       const std::uint64_t lo = r.ranges[i].lo;
-      if (hi - lo > std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10)) {
-        for (std::size_t q = i; q < e; ++q) {
-          read_runs(r.jobs[r.ranges[q].job], *r.view[r.ranges[q].job], rd);
-          charge(r.ranges[q].job, r.ranges[q].need);
-        }
-      } else {
-        r.range.resize(static_cast<std::size_t>(hi - lo));
-        rd.pread_into(r.range, lo);
+      const bool dense = hi - lo <= std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10);
+      if (!cs.empty() && bytes + (dense ? hi - lo : 0) > batch) run_batch();
+      cs.push_back({i, e, lo, hi, dense, bytes});
+      if (dense) {
+        bytes += static_cast<std::size_t>(hi - lo);
         charge(r.ranges[i].job, hi - lo);
-        for (std::size_t q = i; q < e; ++q) copy_from_range(r, r.ranges[q], rd, lo);
+      } else {
+        for (std::size_t q = i; q < e; ++q) charge(r.ranges[q].job, r.ranges[q].need);
       }
       i = e;
     }
+    if (!cs.empty()) run_batch();
   }
 
   // A sparse job read run by run with pread(2), each run into its place.
@@ -618,21 +666,21 @@ class plan_executor {
     });
   }
 
-  // The job of file range `f` copied from r.range, which holds the file's bytes from `lo`.
+  // The job of file range `f` copied from `range`, which holds the file's bytes from `lo`.
   static void copy_from_range(round_jobs& r, const round_jobs::file_range& f, const checkpoint_reader& rd,
-                              std::uint64_t lo) {
+                              std::uint64_t lo, const std::byte* range) {
     auto& j = r.jobs[f.job];
     const src_view& v = *r.view[f.job];
     const std::byte* base = v.e->pieces.front().data();
     if (f.hi - f.lo == reshard::detail::source_span(j)) {  // inside one stored piece: runs from the copy
-      j.src = r.range.data() + (f.lo - lo);
+      j.src = range + (f.lo - lo);
       reshard::detail::for_each_run(j, [](const std::byte* src, std::byte* dst, std::size_t n) { std::memcpy(dst, src, n); });
       return;
     }
     reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
       detail::for_each_stored(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), n,
                               [&](std::span<const std::byte> b) {
-                                std::memcpy(dst, r.range.data() + (rd.offset_of(b.data()) - lo), b.size());
+                                std::memcpy(dst, range + (rd.offset_of(b.data()) - lo), b.size());
                                 dst += b.size();
                               });
     });
