@@ -205,6 +205,20 @@ class transform_job {
                      ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
   }
 
+  /// From a PyTorch DCP checkpoint (its chunks are its layout: no source strategy) to the targets
+  /// of `dst`; its byte items are left out, with a warning naming them.
+  transform_job(dcp_source src, strategy_layouts dst, std::vector<transform_target> targets, transform_options opts,
+                std::string op, std::vector<std::string> warnings = {})
+      : targets_(std::move(targets)), catalogue_(std::move(src), std::move(dst), targets_, op), opts_(std::move(opts)),
+        exec_{opts_.jobs, opts_.buffer_bytes}, op_(std::move(op)), warnings_(std::move(warnings)) {
+    const auto w = catalogue_.dcp()->byte_item_warnings(hf_target() ? "a Hugging Face checkpoint" : "ckpt or safetensors files");
+    warnings_.insert(warnings_.end(), w.begin(), w.end());
+    for (const auto& t : targets_)
+      if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
+        report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
+                     ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
+  }
+
   /// Source ranks to take parameter shapes from first (the files these targets read anyway);
   /// without a hint a shape comes from the lowest rank of its stage that has a file.
   void set_shape_hint(std::set<index_t> ranks) { catalogue_.set_shape_hint(std::move(ranks)); }
@@ -466,7 +480,7 @@ class transform_job {
     catalogue_.resolve(p);
     pi.target = catalogue_.target_box(it, t.rank);
     std::vector<parameter_catalogue::piece> pieces;
-    if (!p.src) {  // not in the source strategy: whole from the base file t % M
+    if (!p.src && !p.chunked) {  // not in the source strategy: whole from the base file t % M
       catalogue_.check_source(p, it.base);
       pieces.push_back({it.base, pi.target, box{index_list(p.shape.size(), 0), p.shape}});
     } else {
@@ -488,19 +502,17 @@ class transform_job {
     if (seen.empty()) seen.resize(static_cast<std::size_t>(catalogue_.source_ranks()));
     for (const parameter_catalogue::piece& pc : pieces) {
       pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem});
-      if (!seen[static_cast<std::size_t>(pc.rank)]) {
+      if (p.chunked) {  // a DCP file may hold several chunks: each listed (sort_by_rank drops repeats)
+        holds->second.emplace_back(pc.rank, pc.held);
+      } else if (!seen[static_cast<std::size_t>(pc.rank)]) {
         seen[static_cast<std::size_t>(pc.rank)] = true;
         holds->second.emplace_back(pc.rank, pc.held);
       }
     }
-    if (!p.src) {
+    if (!p.src && !p.chunked)
       pi.own_rank_bytes = it.base == t.rank ? pi.source_bytes : 0;
-    } else {
-      const partition& src = (it.dst ? *it.dst->planner : *p.whole).source();
-      pi.own_rank_bytes = src.has_rank(t.rank) && catalogue_.available(t.rank)
-                              ? static_cast<std::uint64_t>(volume(intersect(src.box_of_rank(t.rank), pi.target))) * elem
-                              : 0;
-    }
+    else
+      pi.own_rank_bytes = catalogue_.own_rank_bytes(it, t.rank, pi.target);
     return pi;
   }
 
@@ -548,7 +560,8 @@ class transform_job {
   // The safetensors metadata's "format" for target t: Hugging Face's when its source is a Hugging
   // Face checkpoint (transformers refuses other values), MindSpore's otherwise.
   std::string source_metadata(const transform_target& t) {
-    return catalogue_.open(t.rank % catalogue_.source_ranks()).format() == checkpoint_format::hf ? "pt" : "ms";
+    const checkpoint_format f = catalogue_.open(t.rank % catalogue_.source_ranks()).format();
+    return f == checkpoint_format::hf || f == checkpoint_format::dcp ? "pt" : "ms";
   }
 
   // The targets are Hugging Face checkpoint directories.

@@ -53,11 +53,26 @@ inline std::vector<transform_target> rank_targets(const strategy_layouts& dst, c
   return targets;
 }
 
+// A PyTorch DCP checkpoint `dir` as a source: its chunks are its layout, and a source strategy
+// given for it is an error naming the strategy.
+inline dcp_source dcp_source_of(const std::string& op, const std::filesystem::path& dir,
+                                const std::filesystem::path& src_strategy) {
+  if (!src_strategy.empty())
+    report_error(op + ": " + dir.string() + " is a PyTorch DCP checkpoint (it holds .metadata), whose chunks are its "
+                 "layout: give no source strategy (" + src_strategy.string() + " was given)");
+  return dcp_source(dir);
+}
+
 // The job from the distributed checkpoint of `src_dir` to all the ranks' files under `dst_dir`.
 inline transform_job directory_job(std::string op, const std::filesystem::path& src_dir,
                                    const std::filesystem::path& dst_dir, std::string_view prefix,
                                    const std::filesystem::path& src_strategy, const std::filesystem::path& dst_strategy,
                                    const transform_options& opts) {
+  if (is_dcp_directory(src_dir)) {
+    strategy_layouts dst(dst_strategy);
+    auto targets = rank_targets(dst, dst_dir, prefix, opts.format);
+    return transform_job(dcp_source_of(op, src_dir, src_strategy), std::move(dst), std::move(targets), opts, std::move(op));
+  }
   strategy_layouts src(src_strategy), dst(dst_strategy);
   std::vector<std::string> warnings;
   auto files = rank_files(src_dir, src.ranks(), op, warnings);
@@ -69,6 +84,9 @@ inline transform_job directory_job(std::string op, const std::filesystem::path& 
 // The job from the distributed checkpoint of `src_dir` to one checkpoint of full tensors.
 inline transform_job merge_job(std::string op, const std::filesystem::path& src_dir, const std::filesystem::path& out_file,
                                const std::filesystem::path& src_strategy, const transform_options& opts) {
+  if (is_dcp_directory(src_dir))
+    return transform_job(dcp_source_of(op, src_dir, src_strategy), strategy_layouts(),
+                         std::vector<transform_target>{transform_target{0, out_file}}, opts, std::move(op));
   strategy_layouts src(src_strategy);
   std::vector<std::string> warnings;
   auto files = rank_files(src_dir, src.ranks(), op, warnings);
@@ -91,6 +109,9 @@ inline transform_job split_job(std::string op, const std::filesystem::path& chec
 // The job from one checkpoint to another, tensor for tensor.
 inline transform_job convert_job(std::string op, const std::filesystem::path& in_file,
                                  const std::filesystem::path& out_file, const transform_options& opts) {
+  if (is_dcp_directory(in_file))
+    return transform_job(dcp_source_of(op, in_file, {}), strategy_layouts(),
+                         std::vector<transform_target>{transform_target{0, out_file}}, opts, std::move(op));
   std::map<index_t, std::filesystem::path> files;
   files.emplace(0, in_file);
   std::vector<transform_target> targets{transform_target{0, out_file}};
@@ -102,7 +123,9 @@ inline transform_job convert_job(std::string op, const std::filesystem::path& in
 /// Converts the distributed checkpoint of `src_dir` (`src_dir/rank_<r>/<last *.ckpt or
 /// *.safetensors>` for every source rank r) from the layouts of `src_strategy` to those of
 /// `dst_strategy`, writing `dst_dir/rank_<t>/<prefix><t>.ckpt` (or .safetensors, per
-/// `opts.format`) for every target rank t. Any M and N. An empty strategy path = no strategy.
+/// `opts.format`) for every target rank t. Any M and N. An empty strategy path = no strategy. A
+/// `src_dir` holding `.metadata` is a PyTorch DCP checkpoint, whose chunks are its layout (no
+/// `src_strategy`).
 /// With opts.format == checkpoint_format::hf every target rank gets a Hugging Face checkpoint
 /// directory `dst_dir/rank_<t>/<prefix><t>/` (shards of at most opts.max_shard_bytes and
 /// model.safetensors.index.json, or one model.safetensors), all committed together.
@@ -159,7 +182,9 @@ inline transform_summary load_checkpoint_by_rank(std::int64_t rank, const std::m
 }
 
 /// Merges the distributed checkpoint of `src_dir` into one checkpoint of full tensors (MindSpore's
-/// load_distributed_checkpoint + save, or merge_sliced_parameter for every parameter).
+/// load_distributed_checkpoint + save, or merge_sliced_parameter for every parameter). A
+/// `src_dir` holding `.metadata` is a PyTorch DCP checkpoint: its chunks are its layout, and
+/// `src_strategy` must be empty.
 inline transform_summary merge_checkpoints(const std::filesystem::path& src_dir, const std::filesystem::path& out_file,
                                            const std::filesystem::path& src_strategy,
                                            const transform_options& opts = {}) {
@@ -192,7 +217,8 @@ inline verify_report verify_split_checkpoint(const std::filesystem::path& checkp
   return detail::split_job("verify_split_checkpoint", checkpoint, dst_dir, dst_strategy, prefix, opts).verify();
 }
 
-/// Converts one checkpoint between ckpt and safetensors (by the file names), tensor for tensor.
+/// Converts one checkpoint between ckpt and safetensors (by the file names), tensor for tensor; a
+/// PyTorch DCP checkpoint directory (`in_file` holds `.metadata`) is read as its whole tensors.
 inline transform_summary convert_checkpoint(const std::filesystem::path& in_file, const std::filesystem::path& out_file,
                                             const transform_options& opts = {}) {
   return detail::convert_job("convert_checkpoint", in_file, out_file, opts).run();

@@ -1,0 +1,295 @@
+// Tests of a PyTorch DCP checkpoint as the source of the checkpoint engine (param_catalogue.hpp's
+// dcp_source, engine.hpp, transform.hpp): every fixture torch 1.13 wrote (verify/data/dcp/) merged
+// to ckpt, safetensors and Hugging Face equals what torch loaded, value for value; the chunks are
+// read as boxes, so a tiling that is no grid, with several chunks of one tensor in one file, merges
+// as exactly; casts, selections and renames go through the same plan; the plan (its source table
+// listing several boxes of one file) survives its JSON and its checks; byte items are left out with
+// a warning naming them; a source strategy, overlapping chunks and a gap are refused by name.
+#include <reshard/io/dcp.hpp>
+#include <reshard/io/plan_file.hpp>
+#include <reshard/io/transform.hpp>
+
+#include "io_test_util.hpp"
+#include "pickle_writer.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+using namespace reshard;
+using namespace reshard::io;
+using namespace reshard_test;
+
+namespace {
+
+fs::path fixtures() {
+  const char* src = std::getenv("RESHARD_SOURCE_DIR");
+  EXPECT_TRUE(src && *src) << "RESHARD_SOURCE_DIR is not set";
+  return (src ? fs::path(src) : fs::path(".")) / "verify/data/dcp";
+}
+
+nlohmann::json expected(const std::string& name) {
+  std::ifstream in(fixtures() / (name + ".expected.json"));
+  EXPECT_TRUE(in) << name;
+  return nlohmann::json::parse(in);
+}
+
+// Every tensor of a written checkpoint (a file, or a Hugging Face directory): dtype, dims, bytes.
+struct written {
+  dtype type;
+  std::vector<std::int64_t> dims;
+  std::string hex;
+};
+std::map<std::string, written> read_all(const fs::path& path) {
+  const checkpoint_reader rd(path);
+  std::map<std::string, written> out;
+  for (const auto& e : rd.entries()) {
+    std::vector<std::byte> bytes;
+    for (auto p : e.pieces) bytes.insert(bytes.end(), p.begin(), p.end());
+    out[e.name] = {e.type, e.dims, to_hex(bytes)};
+  }
+  return out;
+}
+
+transform_options quiet() {
+  transform_options o;
+  o.sync = false;
+  return o;
+}
+
+// The fixture merged into `out` holds exactly torch's tensors, each equal to what torch loaded.
+void expect_merged(const std::string& name, const fs::path& out, const transform_options& opts) {
+  SCOPED_TRACE(name + " -> " + out.filename().string());
+  const auto exp = expected(name);
+  const auto s = merge_checkpoints(fixtures() / name, out, {}, opts);
+  const auto got = read_all(out);
+  ASSERT_EQ(got.size(), exp["tensors"].size());
+  for (const auto& [fqn, e] : exp["tensors"].items()) {
+    SCOPED_TRACE(fqn);
+    ASSERT_TRUE(got.count(fqn));
+    const auto& w = got.at(fqn);
+    EXPECT_EQ(torch_dtype(e["dtype"].get<std::string>()), w.type);
+    const auto shape = e["shape"].get<std::vector<std::int64_t>>();
+    if (!shape.empty()) EXPECT_EQ(w.dims, shape);
+    else EXPECT_TRUE(w.dims.empty() || w.dims == std::vector<std::int64_t>{0}) << "a 0-d tensor";
+    EXPECT_EQ(w.hex, e["hex"].get<std::string>());
+  }
+  // the byte items are left out, named in one warning
+  bool warned = exp["bytes"].empty();
+  for (const auto& w : s.warnings) {
+    bool all = w.find("byte item") != std::string::npos;
+    for (const auto& [fqn, repr] : exp["bytes"].items()) all = all && w.find("'" + fqn + "'") != std::string::npos;
+    warned = warned || all;
+  }
+  EXPECT_TRUE(warned) << "no warning names the byte items";
+  if (exp["bytes"].empty()) {
+    for (const auto& w : s.warnings) EXPECT_EQ(w.find("byte item"), std::string::npos) << w;
+  }
+}
+
+const std::vector<std::string> all_fixtures{"minimal", "plain", "rows", "cols", "grid"};
+
+}  // namespace
+
+TEST(dcp_source, every_fixture_merges_to_what_torch_loaded_in_every_format) {
+  for (const auto& name : all_fixtures) {
+    temp_dir d;
+    expect_merged(name, d / "out.safetensors", quiet());
+    expect_merged(name, d / "out.ckpt", quiet());
+    auto hf = quiet();
+    hf.format = checkpoint_format::hf;
+    hf.max_shard_bytes = 64;  // several shards and an index for the larger fixtures
+    expect_merged(name, d / "hf", hf);
+  }
+}
+
+TEST(dcp_source, convert_reads_a_dcp_directory_as_its_whole_tensors) {
+  temp_dir d;
+  convert_checkpoint(fixtures() / "grid", d / "g.safetensors", quiet());
+  const auto got = read_all(d / "g.safetensors");
+  const auto exp = expected("grid");
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& [fqn, e] : exp["tensors"].items()) EXPECT_EQ(got.at(fqn).hex, e["hex"].get<std::string>()) << fqn;
+}
+
+TEST(dcp_source, the_plan_reads_each_chunk_once_and_its_preview_writes_nothing) {
+  temp_dir d;
+  auto o = quiet();
+  o.dry_run = true;
+  const auto s = merge_checkpoints(fixtures() / "grid", d / "g.safetensors", {}, o);
+  EXPECT_FALSE(fs::exists(d / "g.safetensors"));
+  ASSERT_TRUE(s.plan);
+  const checkpoint_plan& p = *s.plan;
+  // g float32 [4,6] + i int64 [5,2]: every byte read once, from the 4 data files
+  EXPECT_EQ(p.bytes_read, 4u * 6 * 4 + 5u * 2 * 8);
+  EXPECT_EQ(p.bytes_written, p.bytes_read);
+  ASSERT_EQ(p.sources.size(), 4u);
+  for (index_t r = 0; r < 4; ++r) EXPECT_EQ(p.sources.at(r).path.filename(), "__" + std::to_string(r) + "_0.distcp");
+  ASSERT_EQ(p.targets.size(), 1u);
+  ASSERT_EQ(p.targets[0].items.size(), 2u);
+  // g comes in its 4 chunks from the 4 files; i in 3 row ranges (the 4th shard, empty, has no chunk)
+  const auto& items = p.targets[0].items;
+  const auto& g = items[0].name == "g" ? items[0] : items[1];
+  const auto& i = items[0].name == "g" ? items[1] : items[0];
+  ASSERT_EQ(g.transfers.size(), 4u);
+  EXPECT_EQ(g.transfers[0].where, (box{{0, 0}, {3, 4}}));
+  EXPECT_EQ(g.transfers[3].where, (box{{3, 4}, {1, 2}}));
+  EXPECT_EQ(g.transfers[3].rank, 3);
+  EXPECT_EQ(i.transfers.size(), 3u);
+  EXPECT_TRUE(checkpoint_plan_problems(p).empty());
+  EXPECT_EQ(plan_from_json(to_json(p), "plan.json"), p);
+  EXPECT_EQ(s.preview->bytes_read, p.bytes_read);
+}
+
+TEST(dcp_source, casts_selections_and_renames_go_through_the_same_plan) {
+  temp_dir d;
+  auto o = quiet();
+  o.casts.all = dtype::float16;
+  o.names.exclude = {"steps"};
+  o.names.rename_exact = {{"w", "layer.weight"}};
+  const auto s = merge_checkpoints(fixtures() / "plain", d / "p.safetensors", {}, o);
+  const auto got = read_all(d / "p.safetensors");
+  const auto exp = expected("plain");
+  EXPECT_FALSE(got.count("steps"));
+  EXPECT_FALSE(got.count("w"));
+  ASSERT_TRUE(got.count("layer.weight"));
+  // float32 w cast to float16 by the one cast kernel: its bytes are those of torch's values cast
+  const auto w = from_hex(exp["tensors"]["w"]["hex"].get<std::string>());
+  std::vector<std::byte> half(w.size() / 2);
+  cast_elements(w, dtype::float32, half, dtype::float16);
+  EXPECT_EQ(got.at("layer.weight").type, dtype::float16);
+  EXPECT_EQ(got.at("layer.weight").hex, to_hex(half));
+  EXPECT_EQ(got.at("b").type, dtype::float16);  // bfloat16 is floating point: cast too
+  EXPECT_EQ(got.size(), 3u);                    // b, scale, layer.weight
+  EXPECT_FALSE(s.casts.empty());
+}
+
+TEST(dcp_source, a_source_strategy_is_refused_naming_it) {
+  temp_dir d;
+  write_text(d / "s.json", "{}");
+  EXPECT_TRUE(throws_error([&] { merge_checkpoints(fixtures() / "rows", d / "o.ckpt", d / "s.json", quiet()); },
+                           {"rows", "PyTorch DCP checkpoint", "give no source strategy", "s.json"}));
+  EXPECT_FALSE(fs::exists(d / "o.ckpt"));
+}
+
+// ---- chunks that are no grid, several in one file --------------------------------------------
+
+namespace {
+
+// A DCP checkpoint made of the chunks torch wrote for other checkpoints, placed anew: tensor
+// "flat" [5,5] float32, its left three columns tiled by rows' w chunks ([3,3] and [2,3], cut at row
+// 3), its right two by grid's g[3:4,4:6] ([1,2]) above cols' w[:,0:2] ([3,2]) above g[3:4,4:6]
+// again (cut at rows 1 and 4): no grid; two chunks in one data file, three in the other.
+struct placed {
+  std::string from_dir, fqn;
+  std::size_t chunk;
+  std::vector<std::int64_t> offsets;
+  std::string file;  // the new file
+};
+const std::vector<placed> flat_chunks{{"rows", "w", 0, {0, 0}, "__0_0.distcp"},
+                                      {"grid", "g", 3, {0, 3}, "__0_0.distcp"},
+                                      {"rows", "w", 1, {3, 0}, "__1_0.distcp"},
+                                      {"cols", "w", 0, {1, 3}, "__1_0.distcp"},
+                                      {"grid", "g", 3, {4, 3}, "__1_0.distcp"}};
+
+void make_flat(const fs::path& dir, const std::vector<placed>& chunks, const std::vector<std::int64_t>& size) {
+  std::map<std::string, std::vector<std::byte>> files;
+  meta_tensor t{"flat", "float32", size, {}};
+  for (const auto& c : chunks) {
+    const auto md = read_dcp_metadata(fixtures() / c.from_dir);
+    const auto& ch = md.find(c.fqn)->chunks.at(c.chunk);
+    const auto src = read_bytes(fixtures() / c.from_dir / ch.storage.relative_path);
+    auto& f = files[c.file];
+    const auto at = static_cast<std::int64_t>(f.size());
+    f.insert(f.end(), src.begin() + static_cast<std::ptrdiff_t>(ch.storage.offset),
+             src.begin() + static_cast<std::ptrdiff_t>(ch.storage.offset + ch.storage.length));
+    t.chunks.push_back({c.offsets, ch.sizes, c.file, at, static_cast<std::int64_t>(ch.storage.length)});
+  }
+  fs::create_directories(dir);
+  for (const auto& [name, bytes] : files) write_bytes(dir / name, bytes);
+  meta_options o;
+  o.torch2 = false;
+  write_bytes(dir / ".metadata", dcp_metadata_pickle({t}, o));
+}
+
+// torch's values of "flat", from the fixtures' expected values
+std::vector<float> flat_expected() {
+  const auto rows = from_hex(expected("rows")["tensors"]["w"]["hex"].get<std::string>());  // [5,3]
+  const auto cols = from_hex(expected("cols")["tensors"]["w"]["hex"].get<std::string>());  // [3,4]
+  const auto grid = from_hex(expected("grid")["tensors"]["g"]["hex"].get<std::string>());  // [4,6]
+  const auto f = [](const std::vector<std::byte>& b, std::size_t i) {
+    float v;
+    std::memcpy(&v, b.data() + 4 * i, 4);
+    return v;
+  };
+  std::vector<float> out(25);
+  for (std::size_t r = 0; r < 5; ++r)
+    for (std::size_t c = 0; c < 5; ++c)
+      out[r * 5 + c] = c < 3             ? f(rows, r * 3 + c)               // rows' w, both chunks
+                       : r == 0 || r == 4 ? f(grid, 3 * 6 + 4 + (c - 3))     // g[3,4:6]
+                                          : f(cols, (r - 1) * 4 + (c - 3));  // cols' w[0:3,0:2]
+  return out;
+}
+
+}  // namespace
+
+TEST(dcp_source, chunks_that_are_no_grid_merge_as_boxes) {
+  temp_dir d;
+  make_flat(d / "flat", flat_chunks, {5, 5});
+  auto o = quiet();
+  o.buffer_bytes = 16;  // chunks of the target of a row or less: every piece cut across
+  merge_checkpoints(d / "flat", d / "f.safetensors", {}, o);
+  const auto want = flat_expected();
+  const auto got = read_all(d / "f.safetensors");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got.at("flat").dims, (std::vector<std::int64_t>{5, 5}));
+  EXPECT_EQ(got.at("flat").hex, to_hex(std::as_bytes(std::span(want))));
+}
+
+TEST(dcp_source, several_chunks_of_a_file_are_its_held_boxes_in_the_plan) {
+  temp_dir d;
+  make_flat(d / "flat", flat_chunks, {5, 5});
+  auto o = quiet();
+  o.dry_run = true;
+  const auto s = merge_checkpoints(d / "flat", d / "f.ckpt", {}, o);
+  const checkpoint_plan& p = *s.plan;
+  const auto& h = p.holds.at("flat");
+  ASSERT_EQ(h.size(), 5u);
+  EXPECT_EQ(held_boxes(h, 0).size(), 2u);
+  EXPECT_EQ(held_boxes(h, 1).size(), 3u);
+  EXPECT_TRUE(checkpoint_plan_problems(p).empty());
+  const auto j = to_json(p);
+  EXPECT_TRUE(j["sources"][0]["holds"]["flat"].is_array());
+  EXPECT_EQ(plan_from_json(j, "plan.json"), p);
+  // a sender said to hold the wrong chunk is a problem of the plan
+  checkpoint_plan bad = p;
+  bad.holds.at("flat")[0].second.offset[1] = 1;
+  EXPECT_FALSE(checkpoint_plan_problems(bad).empty());
+  // and run: the tensor torch loaded
+  o.dry_run = false;
+  merge_checkpoints(d / "flat", d / "f.ckpt", {}, o);
+  const auto want = flat_expected();
+  EXPECT_EQ(read_all(d / "f.ckpt").at("flat").hex, to_hex(std::as_bytes(std::span(want))));
+}
+
+TEST(dcp_source, overlapping_chunks_and_gaps_are_refused_by_name) {
+  temp_dir d;
+  auto overlap = flat_chunks;
+  overlap[2].offsets = {2, 0};  // rows' [2,3] moved up over rows' [3,3] at (0,0)
+  make_flat(d / "overlap", overlap, {5, 5});
+  EXPECT_TRUE(throws_error([&] { merge_checkpoints(d / "overlap", d / "o.ckpt", {}, quiet()); },
+                           {".metadata", "'flat'", "overlap", "[0:3,0:3]", "[2:4,0:3]"}));
+  auto gap = flat_chunks;
+  gap.pop_back();
+  make_flat(d / "gap", gap, {5, 5});
+  EXPECT_TRUE(throws_error([&] { merge_checkpoints(d / "gap", d / "o.ckpt", {}, quiet()); },
+                           {".metadata", "'flat'", "23 of its 25 elements", "gap"}));
+  EXPECT_FALSE(fs::exists(d / "o.ckpt"));
+}
