@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -292,4 +293,65 @@ TEST(dcp_source, overlapping_chunks_and_gaps_are_refused_by_name) {
   EXPECT_TRUE(throws_error([&] { merge_checkpoints(d / "gap", d / "o.ckpt", {}, quiet()); },
                            {".metadata", "'flat'", "23 of its 25 elements", "gap"}));
   EXPECT_FALSE(fs::exists(d / "o.ckpt"));
+}
+
+// ---- to MindSpore ranks ---------------------------------------------------------------------
+
+namespace {
+// `bytes` (a row-major tensor of `shape`, elements of `es` bytes) cut to columns [c0, c0 + n)
+std::vector<std::byte> columns(const std::vector<std::byte>& bytes, const std::vector<std::int64_t>& shape, std::size_t es,
+                               std::int64_t c0, std::int64_t n) {
+  std::vector<std::byte> out;
+  for (std::int64_t r = 0; r < shape[0]; ++r) {
+    const auto at = bytes.begin() + static_cast<std::ptrdiff_t>((r * shape[1] + c0) * static_cast<std::int64_t>(es));
+    out.insert(out.end(), at, at + n * static_cast<std::ptrdiff_t>(es));
+  }
+  return out;
+}
+}  // namespace
+
+TEST(dcp_source, transform_writes_mindspore_ranks_by_a_target_strategy) {
+  // cols' w [3,4] float32, saved as two column halves, to 4 ranks of one column each; h [2,2]
+  // bfloat16, saved as two rows, replicated on the 4 ranks
+  temp_dir d;
+  strategy_file st;
+  st.layouts.push_back({"w", param_layout{.dev_matrix = {4}, .tensor_map = {{-1}, {0}}}});
+  st.layouts.push_back({"h", param_layout{.dev_matrix = {4}, .tensor_map = {{-1}, {-1}}}});
+  write_strategy(d / "dst.ckpt", st);
+  const auto s = transform_checkpoints(fixtures() / "cols", d / "out", "checkpoint_", {}, d / "dst.ckpt", quiet());
+  const auto exp = expected("cols");
+  const auto w = from_hex(exp["tensors"]["w"]["hex"].get<std::string>());
+  for (index_t t = 0; t < 4; ++t) {
+    SCOPED_TRACE(t);
+    const auto got = read_all(rank_checkpoint_path(d / "out", "checkpoint_", t, checkpoint_format::ckpt));
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got.at("w").dims, (std::vector<std::int64_t>{3, 1}));
+    EXPECT_EQ(got.at("w").hex, to_hex(columns(w, {3, 4}, 4, t, 1)));
+    EXPECT_EQ(got.at("h").type, dtype::bfloat16);
+    EXPECT_EQ(got.at("h").hex, exp["tensors"]["h"]["hex"].get<std::string>());
+  }
+  // the outputs check against the source, and a wrong byte is found
+  EXPECT_TRUE(verify_checkpoints(fixtures() / "cols", d / "out", "checkpoint_", {}, d / "dst.ckpt", quiet()).ok());
+  {
+    const auto f1 = rank_checkpoint_path(d / "out", "checkpoint_", 1, checkpoint_format::ckpt);
+    auto bytes = read_bytes(f1);
+    const auto col = columns(w, {3, 4}, 4, 1, 1);
+    const auto at = std::search(bytes.begin(), bytes.end(), col.begin(), col.end());
+    ASSERT_NE(at, bytes.end());
+    *at ^= std::byte{1};
+    fs::remove(f1);
+    write_bytes(f1, bytes);
+    const auto r = verify_checkpoints(fixtures() / "cols", d / "out", "checkpoint_", {}, d / "dst.ckpt", quiet());
+    ASSERT_EQ(r.mismatches.size(), 1u);
+    EXPECT_EQ(r.mismatches[0].parameter, "w");
+  }
+  // the share of a worker (work_split, MPI's processes) writes the same bytes
+  temp_dir e;
+  const std::vector<std::int64_t> two{2};
+  transform_checkpoints_for_ranks(fixtures() / "cols", e.path(), "checkpoint_", {}, d / "dst.ckpt", two, quiet());
+  EXPECT_EQ(read_bytes(rank_checkpoint_path(e.path(), "checkpoint_", 2, checkpoint_format::ckpt)),
+            read_bytes(rank_checkpoint_path(d / "out", "checkpoint_", 2, checkpoint_format::ckpt)));
+  const auto sizes = transform_target_bytes(fixtures() / "cols", {}, d / "dst.ckpt");
+  EXPECT_EQ(sizes, (std::vector<std::uint64_t>(4, 3 * 4 + 2 * 2 * 2)));
+  EXPECT_GE(s.sliced, 8u);
 }

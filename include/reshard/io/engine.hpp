@@ -618,6 +618,16 @@ inline std::filesystem::path rank_file(const std::filesystem::path& rank_dir, co
   return files.back();
 }
 
+// A PyTorch DCP checkpoint `dir` as a source: its chunks are its layout, and a source strategy
+// given for it is an error naming the strategy.
+inline dcp_source dcp_source_of(const std::string& op, const std::filesystem::path& dir,
+                                const std::filesystem::path& src_strategy) {
+  if (!src_strategy.empty())
+    report_error(op + ": " + dir.string() + " is a PyTorch DCP checkpoint (it holds .metadata), whose chunks are its "
+                 "layout: give no source strategy (" + src_strategy.string() + " was given)");
+  return dcp_source(dir);
+}
+
 // The files of src_dir/rank_<r> for r in [0, ranks): every rank directory must exist.
 inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem::path& src_dir, index_t ranks,
                                                            const std::string& op, std::vector<std::string>& warnings) {

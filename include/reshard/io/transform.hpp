@@ -53,16 +53,6 @@ inline std::vector<transform_target> rank_targets(const strategy_layouts& dst, c
   return targets;
 }
 
-// A PyTorch DCP checkpoint `dir` as a source: its chunks are its layout, and a source strategy
-// given for it is an error naming the strategy.
-inline dcp_source dcp_source_of(const std::string& op, const std::filesystem::path& dir,
-                                const std::filesystem::path& src_strategy) {
-  if (!src_strategy.empty())
-    report_error(op + ": " + dir.string() + " is a PyTorch DCP checkpoint (it holds .metadata), whose chunks are its "
-                 "layout: give no source strategy (" + src_strategy.string() + " was given)");
-  return dcp_source(dir);
-}
-
 // The job from the distributed checkpoint of `src_dir` to all the ranks' files under `dst_dir`.
 inline transform_job directory_job(std::string op, const std::filesystem::path& src_dir,
                                    const std::filesystem::path& dst_dir, std::string_view prefix,
