@@ -176,7 +176,7 @@ TEST(dcp_source, a_source_strategy_is_refused_naming_it) {
   temp_dir d;
   write_text(d / "s.json", "{}");
   EXPECT_TRUE(throws_error([&] { merge_checkpoints(fixtures() / "rows", d / "o.ckpt", d / "s.json", quiet()); },
-                           {"rows", "PyTorch DCP checkpoint", "give no source strategy", "s.json"}));
+                           {"merge_checkpoints: ", "rows is a PyTorch DCP checkpoint", "give no source strategy", "s.json"}));
   EXPECT_FALSE(fs::exists(d / "o.ckpt"));
 }
 

@@ -628,6 +628,14 @@ inline dcp_source dcp_source_of(const std::string& op, const std::filesystem::pa
   return dcp_source(dir);
 }
 
+// The job from the DCP checkpoint `dir` to `targets` of `dst` (`src_strategy`: what the caller was
+// given, refused unless empty).
+inline transform_job dcp_job(std::string op, const std::filesystem::path& dir, const std::filesystem::path& src_strategy,
+                             strategy_layouts dst, std::vector<transform_target> targets, const transform_options& opts) {
+  dcp_source src = dcp_source_of(op, dir, src_strategy);  // before op is moved from
+  return transform_job(std::move(src), std::move(dst), std::move(targets), opts, std::move(op));
+}
+
 // The files of src_dir/rank_<r> for r in [0, ranks): every rank directory must exist.
 inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem::path& src_dir, index_t ranks,
                                                            const std::string& op, std::vector<std::string>& warnings) {

@@ -61,7 +61,7 @@ inline transform_job directory_job(std::string op, const std::filesystem::path& 
   if (is_dcp_directory(src_dir)) {
     strategy_layouts dst(dst_strategy);
     auto targets = rank_targets(dst, dst_dir, prefix, opts.format);
-    return transform_job(dcp_source_of(op, src_dir, src_strategy), std::move(dst), std::move(targets), opts, std::move(op));
+    return dcp_job(std::move(op), src_dir, src_strategy, std::move(dst), std::move(targets), opts);
   }
   strategy_layouts src(src_strategy), dst(dst_strategy);
   std::vector<std::string> warnings;
@@ -75,8 +75,7 @@ inline transform_job directory_job(std::string op, const std::filesystem::path& 
 inline transform_job merge_job(std::string op, const std::filesystem::path& src_dir, const std::filesystem::path& out_file,
                                const std::filesystem::path& src_strategy, const transform_options& opts) {
   if (is_dcp_directory(src_dir))
-    return transform_job(dcp_source_of(op, src_dir, src_strategy), strategy_layouts(),
-                         std::vector<transform_target>{transform_target{0, out_file}}, opts, std::move(op));
+    return dcp_job(std::move(op), src_dir, src_strategy, strategy_layouts(), {transform_target{0, out_file}}, opts);
   strategy_layouts src(src_strategy);
   std::vector<std::string> warnings;
   auto files = rank_files(src_dir, src.ranks(), op, warnings);
@@ -100,8 +99,7 @@ inline transform_job split_job(std::string op, const std::filesystem::path& chec
 inline transform_job convert_job(std::string op, const std::filesystem::path& in_file,
                                  const std::filesystem::path& out_file, const transform_options& opts) {
   if (is_dcp_directory(in_file))
-    return transform_job(dcp_source_of(op, in_file, {}), strategy_layouts(),
-                         std::vector<transform_target>{transform_target{0, out_file}}, opts, std::move(op));
+    return dcp_job(std::move(op), in_file, {}, strategy_layouts(), {transform_target{0, out_file}}, opts);
   std::map<index_t, std::filesystem::path> files;
   files.emplace(0, in_file);
   std::vector<transform_target> targets{transform_target{0, out_file}};

@@ -40,7 +40,7 @@ inline std::vector<std::uint64_t> transform_target_bytes(const std::filesystem::
   std::vector<transform_target> targets;
   for (index_t t = 0; t < dst.ranks(); ++t) targets.push_back({t, {}});
   transform_job e = is_dcp_directory(src_dir)
-                        ? transform_job(detail::dcp_source_of(op, src_dir, src_strategy), std::move(dst), std::move(targets), {}, op)
+                        ? detail::dcp_job(op, src_dir, src_strategy, std::move(dst), std::move(targets), {})
                         : [&] {
                             strategy_layouts src(src_strategy);
                             std::vector<std::string> warnings;
@@ -71,7 +71,7 @@ inline transform_job transform_job_for_ranks(const std::filesystem::path& src_di
     if (t >= 0 && t < dst.ranks()) valid.push_back(t);
   }
   if (is_dcp_directory(src_dir))  // its chunks are its layout: no strategy, no shape hint
-    return transform_job(detail::dcp_source_of(op, src_dir, src_strategy), std::move(dst), std::move(targets), opts, op);
+    return detail::dcp_job(op, src_dir, src_strategy, std::move(dst), std::move(targets), opts);
   strategy_layouts src(src_strategy);
   std::vector<std::string> warnings;
   auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
