@@ -6,7 +6,8 @@
 # here, from the safetensors header up), the byte items left out with a warning naming them;
 # --dtype, --include, --exclude, --rename, --dry-run, --manifest and --plan-out then `reshard
 # execute` go through the same plan; `reshard convert --in DIR`; `reshard transform --src-dir DIR
-# --dst-strategy S` writes MindSpore ranks, and `reshard verify` checks them; a source strategy is
+# --dst-strategy S` and `split --checkpoint DIR` write MindSpore ranks (the same bytes), and `reshard
+# verify` checks them and a merge; a source strategy is
 # refused naming it (exit 1, nothing written).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
@@ -144,6 +145,15 @@ for t in range(4):
 EOF
   expect_text "verify the transform" '8 tensors.*identical' verify --src-dir "$DCP/cols" --dst-dir "$tmp/ms" --dst-strategy "$tmp/dst.json" --format safetensors
 fi
+
+if ok "split --checkpoint DIR" split --checkpoint "$DCP/cols" --dst-dir "$tmp/split" --dst-strategy "$tmp/dst.json" \
+     --format safetensors --no-sync; then
+  for t in 0 1 2 3; do
+    cmp -s "$tmp/split/rank_$t/checkpoint_$t.safetensors" "$tmp/ms/rank_$t/checkpoint_$t.safetensors" && pass ||
+      fail "split rank $t: not the transform's bytes"
+  done
+fi
+expect_text "verify a merge of DIR" 'identical' verify --src-dir "$DCP/grid" --out "$tmp/grid.safetensors"
 
 # ---- errors ---------------------------------------------------------------------------------
 

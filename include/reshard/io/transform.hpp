@@ -90,6 +90,7 @@ inline transform_job split_job(std::string op, const std::filesystem::path& chec
                                std::string_view prefix, const transform_options& opts) {
   strategy_layouts dst(dst_strategy);
   auto targets = rank_targets(dst, dst_dir, prefix, opts.format);
+  if (is_dcp_directory(checkpoint)) return dcp_job(std::move(op), checkpoint, {}, std::move(dst), std::move(targets), opts);
   std::map<index_t, std::filesystem::path> files;
   files.emplace(0, checkpoint);
   return transform_job(strategy_layouts(), std::move(dst), std::move(files), std::move(targets), opts, std::move(op));
@@ -188,7 +189,8 @@ inline verify_report verify_merged_checkpoint(const std::filesystem::path& src_d
   return detail::merge_job("verify_merged_checkpoint", src_dir, out_file, src_strategy, opts).verify();
 }
 
-/// Splits the checkpoint `checkpoint` of full tensors by `dst_strategy` into
+/// Splits the checkpoint `checkpoint` of full tensors (or a PyTorch DCP checkpoint directory, read
+/// from its chunks) by `dst_strategy` into
 /// `dst_dir/rank_<t>/<prefix><t>.ckpt` (or .safetensors, per `opts.format`; hf: the Hugging Face
 /// checkpoint directories `dst_dir/rank_<t>/<prefix><t>/`, as transform_checkpoints).
 inline transform_summary split_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& dst_dir,
