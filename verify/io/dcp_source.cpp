@@ -7,6 +7,7 @@
 // a warning naming them; a source strategy, overlapping chunks and a gap are refused by name.
 #include <reshard/io/dcp.hpp>
 #include <reshard/io/plan_file.hpp>
+#include <reshard/io/plan_wire.hpp>
 #include <reshard/io/transform.hpp>
 
 #include "io_test_util.hpp"
@@ -14,6 +15,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <rapidcheck/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -354,4 +356,59 @@ TEST(dcp_source, transform_writes_mindspore_ranks_by_a_target_strategy) {
   const auto sizes = transform_target_bytes(fixtures() / "cols", {}, d / "dst.ckpt");
   EXPECT_EQ(sizes, (std::vector<std::uint64_t>(4, 3 * 4 + 2 * 2 * 2)));
   EXPECT_GE(s.sliced, 8u);
+}
+
+// ---- the plan's source table with several boxes per file ---------------------------------------
+
+RC_GTEST_PROP(dcp_source, a_plan_whose_files_hold_several_boxes_reads_back_and_checks, ()) {
+  // an [n,m] float32 tensor cut into row bands at random rows, each band into pieces at its own
+  // random columns (no grid), each piece stored by a random one of k files; the target: the whole
+  const index_t n = *rc::gen::inRange<index_t>(1, 9), m = *rc::gen::inRange<index_t>(1, 9);
+  const index_t k = *rc::gen::inRange<index_t>(1, 5);
+  const auto cuts = [](index_t len) {
+    std::vector<index_t> at{0};
+    for (index_t i = 1; i < len; ++i)
+      if (*rc::gen::arbitrary<bool>()) at.push_back(i);
+    at.push_back(len);
+    return at;
+  };
+  checkpoint_plan p;
+  plan_item it;
+  it.source_name = it.name = "t";
+  it.from = it.to = dtype::float32;
+  it.dims = {n, m};
+  it.target = box{{0, 0}, {n, m}};
+  it.bytes = it.source_bytes = static_cast<std::uint64_t>(n * m * 4);
+  const auto rows = cuts(n);
+  for (std::size_t r = 0; r + 1 < rows.size(); ++r) {
+    const auto cols = cuts(m);
+    for (std::size_t c = 0; c + 1 < cols.size(); ++c) {
+      const box b{{rows[r], cols[c]}, {rows[r + 1] - rows[r], cols[c + 1] - cols[c]}};
+      const index_t file = *rc::gen::inRange<index_t>(0, k);
+      it.transfers.push_back({file, b, static_cast<std::uint64_t>(volume(b) * 4)});
+      p.holds["t"].emplace_back(file, b);
+    }
+  }
+  sort_by_rank(p.holds["t"]);
+  plan_target& t = p.targets.emplace_back();
+  t.path = "out.safetensors";
+  t.format = checkpoint_format::safetensors;
+  t.files = {t.path};
+  t.items.push_back(it);
+  sum_plan(p, [](index_t r) { return fs::path("__" + std::to_string(r) + "_0.distcp"); });
+  RC_ASSERT(checkpoint_plan_problems(p).empty());
+  RC_ASSERT(plan_from_json(to_json(p), "plan.json") == p);
+  RC_ASSERT(plan_from_bytes(plan_to_bytes(p), "plan") == p);
+  for (const auto& x : it.transfers) {
+    const box* h = held_box(p.holds.at("t"), x.rank, x.where);
+    RC_ASSERT(h != nullptr);
+    RC_ASSERT(*h == x.where);  // each piece is a stored box itself
+  }
+  // a transfer said to come from another file, which holds no box with it, is a problem
+  if (k > 1) {
+    checkpoint_plan bad = p;
+    auto& x = bad.targets[0].items[0].transfers[*rc::gen::inRange<std::size_t>(0, it.transfers.size())];
+    x.rank = (x.rank + 1) % k;
+    RC_ASSERT(!checkpoint_plan_problems(bad).empty());
+  }
 }

@@ -199,10 +199,7 @@ class transform_job {
       if (r < 0 || r >= catalogue_.source_ranks())
         report_error(op_ + ": source rank " + std::to_string(r) + " (" + f.string() + ") is not a rank of " +
                      catalogue_.source_desc() + ", which has " + std::to_string(catalogue_.source_ranks()) + " rank" + (catalogue_.source_ranks() == 1 ? "" : "s"));
-    for (const auto& t : targets_)
-      if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
-        report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
-                     ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
+    check_target_ranks();
   }
 
   /// From a PyTorch DCP checkpoint (its chunks are its layout: no source strategy) to the targets
@@ -213,10 +210,7 @@ class transform_job {
         exec_{opts_.jobs, opts_.buffer_bytes}, op_(std::move(op)), warnings_(std::move(warnings)) {
     const auto w = catalogue_.dcp()->byte_item_warnings(hf_target() ? "a Hugging Face checkpoint" : "ckpt or safetensors files");
     warnings_.insert(warnings_.end(), w.begin(), w.end());
-    for (const auto& t : targets_)
-      if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
-        report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
-                     ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
+    check_target_ranks();
   }
 
   /// Source ranks to take parameter shapes from first (the files these targets read anyway);
@@ -516,6 +510,14 @@ class transform_job {
     return pi;
   }
 
+  // Every target is a rank of the target strategy.
+  void check_target_ranks() const {
+    for (const auto& t : targets_)
+      if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
+        report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
+                     ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
+  }
+
   // -- outputs: none is a source, none exists unless `force` (check_output_paths, execute.hpp)
   void check_outputs() {
     const auto sources = source_inodes(catalogue_.files());
@@ -667,5 +669,6 @@ inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem
 // The engine lives in detail beside its helpers; these are its public names.
 using detail::transform_job;
 using detail::transform_target;
+using detail::dcp_source;
 
 }  // namespace reshard::io

@@ -104,7 +104,15 @@ struct dcp_source {
   /// Reads `dir/.metadata`.
   explicit dcp_source(std::filesystem::path d)
       : dir(std::move(d)), metadata(std::make_shared<const dcp_metadata>(read_dcp_metadata(dir))),
-        files(dcp_data_files(*metadata)) {}
+        files(dcp_data_files(*metadata)) {
+    for (std::size_t r = 0; r < files.size(); ++r) ranks_.emplace(files[r], static_cast<index_t>(r));
+  }
+  /// The source rank of the data file `relative` (one the metadata names).
+  index_t rank_of(const std::string& relative) const {
+    const auto it = ranks_.find(relative);
+    RESHARD_EXPECTS(it != ranks_.end(), "dcp_source: a file the metadata does not name");
+    return it->second;
+  }
   /// The data files by source rank.
   std::map<index_t, std::filesystem::path> rank_files() const {
     std::map<index_t, std::filesystem::path> out;
@@ -119,6 +127,9 @@ struct dcp_source {
     return {dir.string() + ": the DCP byte item" + (metadata->byte_items.size() == 1 ? " " : "s ") + names +
             " (pickled Python objects, not tensors) cannot be written to " + std::string(written) + ": left out"};
   }
+
+ private:
+  std::map<std::string, index_t, std::less<>> ranks_;  // file -> source rank
 };
 
 /// One target file of a transform_job: the target rank and the file to write.
@@ -443,10 +454,8 @@ class parameter_catalogue {
     std::vector<plan_transfer> chunks;  // as boxes, for the overlap check plans get
     std::uint64_t covered = 0;
     for (const auto& c : t.chunks) {
-      const auto f = std::find(dcp_->files.begin(), dcp_->files.end(), c.storage.relative_path);
-      RESHARD_EXPECTS(f != dcp_->files.end(), "dcp: a chunk's file is not among the data files");
       const box b{index_list(c.offsets.begin(), c.offsets.end()), index_list(c.sizes.begin(), c.sizes.end())};
-      const auto r = static_cast<index_t>(f - dcp_->files.begin());
+      const index_t r = dcp_->rank_of(c.storage.relative_path);
       p.boxes.emplace_back(r, b);
       chunks.push_back({r, b, 0});
       covered += static_cast<std::uint64_t>(volume(b));
