@@ -98,6 +98,19 @@ assert head["b"]["dtype"] == "F32"
 assert data("b") == b"".join(b"\0\0" + bf[i:i + 2] for i in range(0, len(bf), 2))
 EOF
 
+if ok "merge --include" merge --src-dir "$DCP/rows" --out "$tmp/inc.safetensors" --include 'w*' --no-sync; then
+  "$PY" - "$DCP/rows.expected.json" "$tmp/inc.safetensors" <<'EOF' && pass || fail "merge --include: only w, torch's values"
+import json, struct, sys
+exp = json.load(open(sys.argv[1]))["tensors"]
+b = open(sys.argv[2], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+head = json.loads(b[8:8 + n])
+assert sorted(k for k in head if k != "__metadata__") == ["w"], head
+assert b[8 + n + head["w"]["data_offsets"][0]:8 + n + head["w"]["data_offsets"][1]].hex() == exp["w"]["hex"]
+assert head["__metadata__"] == {"format": "pt"}, head
+EOF
+fi
+
 expect_json "merge --dry-run: the plan's bytes" \
   'j["dry_run"] and j["bytes_read"] == 4 * 6 * 4 + 5 * 2 * 8 and j["bytes_written"] == j["bytes_read"] and j["source_files"] == 4' \
   merge --src-dir "$DCP/grid" --out "$tmp/dry.safetensors" --dry-run --json
