@@ -8,7 +8,7 @@
 # execute` go through the same plan; `reshard convert --in DIR`; `reshard transform --src-dir DIR
 # --dst-strategy S` and `split --checkpoint DIR` write MindSpore ranks (the same bytes), and `reshard
 # verify` checks them and a merge; a source strategy is
-# refused naming it (exit 1, nothing written).
+# refused naming it (exit 1, nothing written); --max-memory holds.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -77,6 +77,10 @@ for f in minimal plain rows cols grid; do
     same_as_torch "merge $f --format ckpt: torch's values" "$f" "$tmp/$f.back.safetensors"
   fi
 done
+
+if ok "merge --max-memory" merge --src-dir "$DCP/grid" --out "$tmp/budget.safetensors" --max-memory 64MiB --no-sync; then
+  same_as_torch "merge --max-memory: torch's values" grid "$tmp/budget.safetensors"
+fi
 
 run merge --src-dir "$DCP/plain" --out "$tmp/warn.safetensors" --no-sync
 if [[ $rc -eq 0 ]] && grep -q "byte items 'epoch', 'tag'" <<<"$err$out"; then pass; else fail "merge: the byte items named in a warning" "rc $rc" "$out" "$err"; fi

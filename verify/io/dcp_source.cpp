@@ -2,7 +2,8 @@
 // dcp_source, engine.hpp, transform.hpp): every fixture torch 1.13 wrote (verify/data/dcp/) merged
 // to ckpt, safetensors and Hugging Face equals what torch loaded, value for value; the chunks are
 // read as boxes, so a tiling that is no grid, with several chunks of one tensor in one file, merges
-// as exactly; casts, selections and renames go through the same plan; the plan (its source table
+// as exactly (by pread and from the mappings, in chunk buffers of a row or of 4 MiB); a transform
+// by a target strategy writes MindSpore ranks, which verify checks; casts, selections and renames go through the same plan; the plan (its source table
 // listing several boxes of one file) survives its JSON and its checks; byte items are left out with
 // a warning naming them; a source strategy, overlapping chunks and a gap are refused by name.
 #include <reshard/io/dcp.hpp>
@@ -246,14 +247,20 @@ std::vector<float> flat_expected() {
 TEST(dcp_source, chunks_that_are_no_grid_merge_as_boxes) {
   temp_dir d;
   make_flat(d / "flat", flat_chunks, {5, 5});
-  auto o = quiet();
-  o.buffer_bytes = 16;  // chunks of the target of a row or less: every piece cut across
-  merge_checkpoints(d / "flat", d / "f.safetensors", {}, o);
   const auto want = flat_expected();
-  const auto got = read_all(d / "f.safetensors");
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got.at("flat").dims, (std::vector<std::int64_t>{5, 5}));
-  EXPECT_EQ(got.at("flat").hex, to_hex(std::as_bytes(std::span(want))));
+  for (const auto mode : {read_mode::pread, read_mode::mmap})
+    for (const std::uint64_t buffer : {std::uint64_t{16}, std::uint64_t{4} << 20}) {  // 16: chunks of a row or less
+      SCOPED_TRACE(std::string(to_string(mode)) + ", buffer " + std::to_string(buffer));
+      auto o = quiet();
+      o.reads = mode;
+      o.buffer_bytes = buffer;
+      o.force = true;
+      merge_checkpoints(d / "flat", d / "f.safetensors", {}, o);
+      const auto got = read_all(d / "f.safetensors");
+      ASSERT_EQ(got.size(), 1u);
+      EXPECT_EQ(got.at("flat").dims, (std::vector<std::int64_t>{5, 5}));
+      EXPECT_EQ(got.at("flat").hex, to_hex(std::as_bytes(std::span(want))));
+    }
 }
 
 TEST(dcp_source, several_chunks_of_a_file_are_its_held_boxes_in_the_plan) {
