@@ -181,7 +181,9 @@ class checkpoint_reader {
   explicit checkpoint_reader(std::filesystem::path path) : checkpoint_reader(std::move(path), nullptr) {}
 
   /// A `.distcp` file of a DCP checkpoint whose `.metadata` the caller read already (`metadata`;
-  /// null: read from the file's directory). Other formats ignore `metadata`.
+  /// null: read from the file's directory). Other formats ignore `metadata`. Opening it scans the
+  /// metadata's chunks once (O(chunks of the checkpoint) per file opened) and decodes the archive
+  /// of each chunk the file stores (its zip directory and data.pkl, not its data).
   checkpoint_reader(std::filesystem::path path, std::shared_ptr<const dcp_metadata> metadata) : format_(format_of(path)) {
     if (format_ == checkpoint_format::dcp) {
       const auto dir = path.parent_path();
