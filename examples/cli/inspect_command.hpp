@@ -63,6 +63,7 @@ inline void inspect_checkpoint(std::ostream& out, const std::string& path, bool 
         p["bytes"] = e.content_size();
       }
       if (e.ckpt) p["pieces"] = e.ckpt->values.size();
+      if (f.format() == io::checkpoint_format::dcp) p["offsets"] = e.offsets;  // a chunk: where in its tensor
       j["parameters"].push_back(std::move(p));
     }
     print_json(out, j);
@@ -73,13 +74,16 @@ inline void inspect_checkpoint(std::ostream& out, const std::string& path, bool 
       << format_bytes(static_cast<double>(file_bytes));
   if (!st) out << ", crc_num trailer: " << (f.has_crc() ? "yes" : "no");
   out << "\n\n";
+  const bool chunks = f.format() == io::checkpoint_format::dcp;  // a DCP data file: its chunks
   std::vector<std::vector<std::string>> rows{{"name", "dtype", "dims", "bytes"}};
   if (multi) rows[0].push_back("pieces");
+  if (chunks) rows[0].push_back("offsets");
   for (const auto& e : f.entries()) {
     std::vector<std::string> r{e.name, e.map_tensor ? "map tensor" : std::string(io::ms_name(e.type)),
                                e.map_tensor ? "" : dims_text(e.dims),
                                e.map_tensor ? "" : std::to_string(e.content_size())};
     if (multi) r.push_back(std::to_string(e.ckpt ? e.ckpt->values.size() : 1));
+    if (chunks) r.push_back(dims_text(e.offsets));
     rows.push_back(std::move(r));
   }
   print_table(out, rows);

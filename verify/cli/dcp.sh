@@ -60,6 +60,7 @@ expect_text "inspect: the module paths" 'torch 1.13 module paths' inspect "$DCP/
 expect_json "inspect --json" \
   'j["kind"] == "dcp" and [t["name"] for t in j["tensors"]] == ["g", "i"] and len(j["tensors"][0]["chunks"]) == 4 and j["tensors"][1]["chunks"][2] == {"offsets": [4, 0], "sizes": [1, 2], "file": "__2_0.distcp", "offset": 747, "length": 747} and j["files"] == ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp"]' \
   inspect --json "$DCP/grid"
+expect_text "inspect one data file: its chunks and their offsets" '^g +Float32 +\[1,4\] +16 +\[3,0\]$' inspect "$DCP/grid/__2_0.distcp"
 expect_json "inspect --json: byte items" '[b["name"] for b in j["byte_items"]] == ["epoch", "tag"]' inspect --json "$DCP/plain"
 
 # ---- merge ----------------------------------------------------------------------------------
