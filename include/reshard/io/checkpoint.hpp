@@ -181,18 +181,19 @@ class checkpoint_reader {
   explicit checkpoint_reader(std::filesystem::path path) : checkpoint_reader(std::move(path), nullptr) {}
 
   /// A `.distcp` file of a DCP checkpoint whose `.metadata` the caller read already (`metadata`;
-  /// null: read from the file's directory). Other formats ignore `metadata`. Opening it scans the
-  /// metadata's chunks once (O(chunks of the checkpoint) per file opened) and decodes the archive
-  /// of each chunk the file stores (its zip directory and data.pkl, not its data).
+  /// null: read from the file's directory). Other formats ignore `metadata`. Opening it decodes the
+  /// archive of each chunk the file stores (dcp_metadata::chunks_by_file; its zip directory and
+  /// data.pkl, not its data).
   checkpoint_reader(std::filesystem::path path, std::shared_ptr<const dcp_metadata> metadata) : format_(format_of(path)) {
     if (format_ == checkpoint_format::dcp) {
       const auto dir = path.parent_path();
       if (!metadata) metadata = std::make_shared<const dcp_metadata>(read_dcp_metadata(dir));
       const std::string relative = path.filename().string();
       dcp_.emplace(dcp_part{std::move(metadata), mapped_file(path, "dcp")});
-      for (const auto& t : dcp_->metadata->tensors)
-        for (std::size_t k = 0; k < t.chunks.size(); ++k) {
-          if (t.chunks[k].storage.relative_path != relative) continue;
+      const auto& by_file = dcp_->metadata->chunks_by_file;
+      if (const auto mine = by_file.find(relative); mine != by_file.end())
+        for (const auto& [i, k] : mine->second) {  // by tensor, so that a name's chunks are adjacent
+          const dcp_tensor& t = dcp_->metadata->tensors[i];
           const torch_tensor c = dcp_chunk_tensor(dcp_->file, dir, t, k);
           entries_.push_back({t.fqn, false, t.type, c.shape, {c.data}, nullptr, t.chunks[k].offsets});
         }

@@ -96,6 +96,9 @@ struct dcp_metadata {
   std::vector<dcp_tensor> tensors;        ///< in the order of state_dict_metadata
   std::vector<dcp_byte_item> byte_items;  ///< likewise
   std::optional<std::string> version;     ///< Metadata.version, when written
+  /// Per data file, the chunks it stores: (index in `tensors`, index in its chunks), in the
+  /// metadata's order (what reading one file needs, without a scan of every chunk).
+  std::map<std::string, std::vector<std::pair<std::size_t, std::size_t>>, std::less<>> chunks_by_file;
 
   /// The tensor `fqn`, or nullptr.
   const dcp_tensor* find(std::string_view fqn) const {
@@ -139,6 +142,9 @@ class dcp_decoder {
       }
     }
     attach_storage(md, *sd);
+    for (std::size_t i = 0; i < md.tensors.size(); ++i)
+      for (std::size_t k = 0; k < md.tensors[i].chunks.size(); ++k)
+        md.chunks_by_file[md.tensors[i].chunks[k].storage.relative_path].emplace_back(i, k);
     return md;
   }
 
@@ -363,8 +369,7 @@ inline torch_tensor dcp_chunk_tensor(const mapped_file& f, const std::filesystem
 /// numbers, then any other name in name order.
 inline std::vector<std::string> dcp_data_files(const dcp_metadata& md) {
   std::set<std::string> names;
-  for (const auto& t : md.tensors)
-    for (const auto& c : t.chunks) names.insert(c.storage.relative_path);
+  for (const auto& [file, chunks] : md.chunks_by_file) names.insert(file);
   for (const auto& b : md.byte_items) names.insert(b.storage.relative_path);
   // (rank, n) of "__<rank>_<n>.distcp", or none
   const auto numbers = [](const std::string& name) -> std::optional<std::pair<std::uint64_t, std::uint64_t>> {
