@@ -1,5 +1,6 @@
-// examples/cli/inspect_command.hpp: `reshard inspect`: what a checkpoint (.ckpt, .safetensors) or a
-// strategy file (protobuf or JSON) holds: names, dtypes, shapes, layouts.
+// examples/cli/inspect_command.hpp: `reshard inspect`: what a checkpoint (.ckpt, .safetensors, a
+// Hugging Face or a PyTorch DCP directory) or a strategy file (protobuf or JSON) holds: names,
+// dtypes, shapes, layouts (of a DCP checkpoint: its chunks, and its byte items).
 #pragma once
 
 #include <iostream>
@@ -62,6 +63,7 @@ inline void inspect_checkpoint(std::ostream& out, const std::string& path, bool 
         p["bytes"] = e.content_size();
       }
       if (e.ckpt) p["pieces"] = e.ckpt->values.size();
+      if (f.format() == io::checkpoint_format::dcp) p["offsets"] = e.offsets;  // a chunk: where in its tensor
       j["parameters"].push_back(std::move(p));
     }
     print_json(out, j);
@@ -72,16 +74,78 @@ inline void inspect_checkpoint(std::ostream& out, const std::string& path, bool 
       << format_bytes(static_cast<double>(file_bytes));
   if (!st) out << ", crc_num trailer: " << (f.has_crc() ? "yes" : "no");
   out << "\n\n";
+  const bool chunks = f.format() == io::checkpoint_format::dcp;  // a DCP data file: its chunks
   std::vector<std::vector<std::string>> rows{{"name", "dtype", "dims", "bytes"}};
   if (multi) rows[0].push_back("pieces");
+  if (chunks) rows[0].push_back("offsets");
   for (const auto& e : f.entries()) {
     std::vector<std::string> r{e.name, e.map_tensor ? "map tensor" : std::string(io::ms_name(e.type)),
                                e.map_tensor ? "" : dims_text(e.dims),
                                e.map_tensor ? "" : std::to_string(e.content_size())};
     if (multi) r.push_back(std::to_string(e.ckpt ? e.ckpt->values.size() : 1));
+    if (chunks) r.push_back(dims_text(e.offsets));
     rows.push_back(std::move(r));
   }
   print_table(out, rows);
+  out << "\ntensor bytes: " << format_bytes(static_cast<double>(tensor_bytes)) << '\n';
+}
+
+// A PyTorch DCP checkpoint: its `.metadata` (read, not its data files): the tensors with their
+// chunks, and the byte items.
+inline void inspect_dcp(std::ostream& out, const std::string& path, bool json) {
+  const io::dcp_metadata md = io::read_dcp_metadata(path);
+  const std::vector<std::string> files = io::dcp_data_files(md);
+  const std::string layout = md.layout == io::dcp_layout::torch_1_13 ? "torch 1.13" : "torch 2";
+  std::uint64_t tensor_bytes = 0;
+  const auto bytes_of = [](const io::dcp_tensor& t) {
+    return *io::element_count(t.size) * io::element_size(t.type);
+  };
+  for (const auto& t : md.tensors) tensor_bytes += bytes_of(t);
+  if (json) {
+    nlohmann::json j;
+    j["kind"] = "dcp";
+    j["path"] = path;
+    j["module_paths"] = layout;
+    j["version"] = md.version ? nlohmann::json(*md.version) : nlohmann::json(nullptr);
+    j["files"] = files;
+    j["tensors"] = nlohmann::json::array();
+    for (const auto& t : md.tensors) {
+      nlohmann::json chunks = nlohmann::json::array();
+      for (const auto& c : t.chunks)
+        chunks.push_back({{"offsets", c.offsets}, {"sizes", c.sizes}, {"file", c.storage.relative_path},
+                          {"offset", c.storage.offset}, {"length", c.storage.length}});
+      j["tensors"].push_back({{"name", t.fqn}, {"dtype", std::string(io::ms_name(t.type))}, {"shape", t.size},
+                              {"bytes", bytes_of(t)}, {"chunks", std::move(chunks)}});
+    }
+    j["byte_items"] = nlohmann::json::array();
+    for (const auto& b : md.byte_items)
+      j["byte_items"].push_back({{"name", b.fqn}, {"file", b.storage.relative_path}, {"offset", b.storage.offset},
+                                 {"length", b.storage.length}});
+    print_json(out, j);
+    return;
+  }
+  const auto plural = [](std::size_t n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); };
+  out << "DCP checkpoint " << path << " (" << layout << " module paths" << (md.version ? ", version " + *md.version : std::string())
+      << "): " << plural(md.tensors.size(), "tensor", "tensors") << ", " << plural(md.byte_items.size(), "byte item", "byte items")
+      << ", " << plural(files.size(), "data file", "data files") << "\n\n";
+  std::vector<std::vector<std::string>> rows{{"name", "dtype", "shape", "bytes", "chunks"}};
+  for (const auto& t : md.tensors)
+    rows.push_back({t.fqn, std::string(io::ms_name(t.type)), dims_text(t.size), std::to_string(bytes_of(t)), std::to_string(t.chunks.size())});
+  print_table(out, rows);
+  out << "\nchunks (offsets and sizes in the tensor; where each is stored):\n\n";
+  rows = {{"name", "offsets", "sizes", "file", "offset", "length"}};
+  for (const auto& t : md.tensors)
+    for (const auto& c : t.chunks)
+      rows.push_back({t.fqn, dims_text(c.offsets), dims_text(c.sizes), c.storage.relative_path, std::to_string(c.storage.offset),
+                      std::to_string(c.storage.length)});
+  print_table(out, rows);
+  if (!md.byte_items.empty()) {
+    out << "\nbyte items (pickled Python objects; only a DCP output would keep them):\n\n";
+    rows = {{"name", "file", "offset", "length"}};
+    for (const auto& b : md.byte_items)
+      rows.push_back({b.fqn, b.storage.relative_path, std::to_string(b.storage.offset), std::to_string(b.storage.length)});
+    print_table(out, rows);
+  }
   out << "\ntensor bytes: " << format_bytes(static_cast<double>(tensor_bytes)) << '\n';
 }
 
@@ -155,15 +219,18 @@ inline command add_inspect_command(CLI::App& app) {
   };
   auto o = std::make_shared<options>();
   CLI::App* sub = app.add_subcommand(
-      "inspect", "Show what a checkpoint (.ckpt, .safetensors) or a strategy file holds");
-  sub->add_option("file", o->file, "the file (a .json file or one starting with protobuf field 1 varint is a strategy)")
+      "inspect", "Show what a checkpoint (.ckpt, .safetensors, a Hugging Face or PyTorch DCP directory) or a strategy file holds");
+  sub->add_option("file", o->file, "the file (a .json file or one starting with protobuf field 1 varint is a strategy; a "
+                                   "directory holding .metadata is a PyTorch DCP checkpoint)")
       ->required();
   sub->add_flag("--json", o->json, "print JSON");
 
   return {sub, [o] {
             // built whole, then printed: a file that fails half way prints nothing
             std::ostringstream out;
-            if (io::detect_file_kind(o->file) == io::file_kind::strategy)
+            if (io::is_dcp_directory(o->file))
+              detail::inspect_dcp(out, o->file, o->json);
+            else if (io::detect_file_kind(o->file) == io::file_kind::strategy)
               detail::inspect_strategy(out, o->file, o->json);
             else
               detail::inspect_checkpoint(out, o->file, o->json);

@@ -1,5 +1,6 @@
 // examples/cli/merge_command.hpp: `reshard merge`: one checkpoint of full tensors from a
-// distributed checkpoint (MindSpore's load_distributed_checkpoint / merge_sliced_parameter).
+// distributed checkpoint (MindSpore's load_distributed_checkpoint / merge_sliced_parameter), or
+// from a PyTorch DCP checkpoint.
 #pragma once
 
 #include <memory>
@@ -16,7 +17,8 @@ inline command add_merge_command(CLI::App& app) {
   };
   auto o = std::make_shared<options>();
   CLI::App* sub = app.add_subcommand("merge", "Merge a distributed checkpoint into one file of full tensors");
-  sub->add_option("--src-dir", o->src_dir, "the source checkpoint: SRC_DIR/rank_<r>/<last *.ckpt or *.safetensors>")
+  sub->add_option("--src-dir", o->src_dir, "the source checkpoint: SRC_DIR/rank_<r>/<last *.ckpt or *.safetensors>, or a PyTorch DCP "
+                  "checkpoint (SRC_DIR holds .metadata; no --src-strategy: its chunks are its layout)")
       ->required();
   sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt), or with --format hf a directory")->required();
   sub->add_option("--src-strategy", o->src_strategy, "the source strategy file; none = unsplit on one rank");

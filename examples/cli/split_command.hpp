@@ -17,7 +17,7 @@ inline command add_split_command(CLI::App& app) {
   auto o = std::make_shared<options>();
   CLI::App* sub = app.add_subcommand(
       "split", "Split a checkpoint of full tensors into DST_DIR/rank_<t>/<prefix><t>.ckpt by a strategy");
-  sub->add_option("--checkpoint", o->checkpoint, "the checkpoint of full tensors (.ckpt, .safetensors, or a Hugging Face checkpoint directory)")
+  sub->add_option("--checkpoint", o->checkpoint, "the checkpoint of full tensors (.ckpt, .safetensors, or a Hugging Face checkpoint directory), or a PyTorch DCP checkpoint directory (read from its chunks)")
       ->required();
   sub->add_option("--dst-dir", o->dst_dir,
                   "where to write DST_DIR/rank_<t>/<prefix><t>.ckpt (.safetensors; --format hf: the directories "

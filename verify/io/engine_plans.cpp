@@ -822,7 +822,7 @@ std::vector<index_t> ranks_read(const plan_target& t) {
 
 }  // namespace
 
-// Read groups (law E7): read_groups cuts the targets into runs of consecutive targets that read
+// Read groups (law E8): read_groups cuts the targets into runs of consecutive targets that read
 // the same source files, each target in exactly one group, at most `most` to a group; executed
 // together (run_targets, its rounds on 1 to 3 threads) a group gives every target the bytes it
 // gets alone; in mmap both copy

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `mpirun -n K reshard transform`: K processes share the target ranks. For each scenario of
 # verify/python/ms_scenario.py (8->4 with optimizer sharding and CRC trailers, 8->4 inference, 8->3
-# uneven, a merged 2-stage pipeline, 4 ranks to a pipeline, 6->4 from safetensors), in ckpt and
-# safetensors, the files of K = 2, 3 (and 5 > N) processes are byte for byte those of one process.
+# uneven, a merged 2-stage pipeline, 4 ranks to a pipeline, 6->4 from safetensors) and a PyTorch DCP
+# checkpoint to 4 ranks, in ckpt and safetensors, the files of K = 2, 3 (and 5 > N) processes are byte for byte those of one process.
 # Then: each process opens only the source files its targets need; a bad source file that only
 # one process reads, an unwritable target of one process and an existing output each fail the
 # whole run with the message printed once and nothing written; a process killed after its first
@@ -71,6 +71,17 @@ same_as_one "4 ranks to a 2-stage pipeline" ckpt 2 3
 scenario pipeline_to4
 run merge-strategies --src-dir "$d/stages" --dst-file "$d/merged_strategy.ckpt"
 same_as_one "a merged 2-stage pipeline to 4 ranks" ckpt 2
+# a PyTorch DCP checkpoint (torch 1.13's column split of verify/data/dcp/cols) to 4 ranks: its
+# chunks are its layout, no source strategy
+d=$tmp/dcp
+mkdir -p "$d"
+cp -r "$SRC/verify/data/dcp/cols" "$d/src"
+cat >"$d/dst.json" <<'EOF'
+{"current_stage": 1, "parallel_layout_item": {
+  "w": {"dev_matrix": [4], "tensor_map": [-1, 0], "tensor_shape": [3, 4], "field": 0, "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}}}
+EOF
+strategies=(--dst-strategy "$d/dst.json")
+same_as_one "a DCP checkpoint to 4 ranks" safetensors 2 3
 # the checker (numpy, protobuf's parser) accepts what 3 processes wrote
 scenario uneven_8to3
 mrun 3 transform --src-dir "$d/src" --dst-dir "$d/out" "${strategies[@]}" --jobs 2

@@ -1,5 +1,7 @@
-// reshard/io/checkpoint.hpp: a checkpoint file of either format as tensors. checkpoint_reader
-// memory-maps a `.ckpt` (MindSpore protobuf) or `.safetensors` file, indexes it, and gives each
+// reshard/io/checkpoint.hpp: a checkpoint file of any format as tensors. checkpoint_reader
+// memory-maps a `.ckpt` (MindSpore protobuf) or `.safetensors` file, a Hugging Face directory, or
+// one `.distcp` data file of a PyTorch DCP checkpoint (its chunks, as its directory's `.metadata`
+// places them: dcp.hpp), indexes it, and gives each
 // parameter's dtype, dims and content pieces as spans into the mapping; it checks CRC trailers
 // streaming, and releases the pages a reader touched. Also the format names and the file layout
 // of a distributed checkpoint (`dir/rank_<r>/<prefix><r>.ckpt`). See docs/formats.md.
@@ -9,6 +11,7 @@
 #include <reshard/error.hpp>
 #include <reshard/io/ckpt.hpp>
 #include <reshard/io/crc32.hpp>
+#include <reshard/io/dcp.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
 #include <reshard/io/hf.hpp>
@@ -49,23 +52,32 @@ namespace reshard::io {
 // ---------------------------------------------------------------------------------------------
 // formats
 
-/// The two checkpoint formats MindSpore writes, and Hugging Face's directory of safetensors
-/// shards (hf.hpp): one checkpoint of full tensors.
-enum class checkpoint_format : std::uint8_t { ckpt, safetensors, hf };
+/// The two checkpoint formats MindSpore writes, Hugging Face's directory of safetensors shards
+/// (hf.hpp): one checkpoint of full tensors, and (read only: a source) one `.distcp` data file of
+/// a PyTorch DCP checkpoint (dcp.hpp), which holds chunks of tensors.
+enum class checkpoint_format : std::uint8_t { ckpt, safetensors, hf, dcp };
 
 constexpr std::string_view to_string(checkpoint_format f) noexcept {
-  return f == checkpoint_format::ckpt ? "ckpt" : f == checkpoint_format::safetensors ? "safetensors" : "hf";
+  return f == checkpoint_format::ckpt ? "ckpt" : f == checkpoint_format::safetensors ? "safetensors" : f == checkpoint_format::hf ? "hf" : "dcp";
 }
 /// ".ckpt" or ".safetensors" (hf: none, a directory).
 constexpr std::string_view extension_of(checkpoint_format f) noexcept {
   return f == checkpoint_format::ckpt ? ".ckpt" : f == checkpoint_format::safetensors ? ".safetensors" : "";
 }
 /// hf if `path` is a directory (a Hugging Face checkpoint: hf.hpp), safetensors if it ends in
-/// ".safetensors", ckpt otherwise.
+/// ".safetensors", dcp if it ends in ".distcp", ckpt otherwise.
 inline checkpoint_format format_of(const std::filesystem::path& path) {
   if (path.extension() == ".safetensors") return checkpoint_format::safetensors;
+  if (path.extension() == ".distcp") return checkpoint_format::dcp;
   std::error_code ec;
   return std::filesystem::is_directory(path, ec) ? checkpoint_format::hf : checkpoint_format::ckpt;
+}
+
+/// A directory holding a `.metadata` file: a PyTorch DCP checkpoint (dcp.hpp), whose chunks are
+/// its layout.
+inline bool is_dcp_directory(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::is_directory(dir, ec) && std::filesystem::exists(dcp_metadata_path(dir), ec);
 }
 
 /// The checkpoint file of rank `rank` in a distributed checkpoint directory, as the workflows
@@ -140,9 +152,11 @@ inline void release_pages(std::span<const std::byte> bytes, std::span<const std:
 
 }  // namespace detail
 
-/// One tensor (or map tensor) of a checkpoint read by checkpoint_reader, in either format.
+/// One tensor (or map tensor) of a checkpoint read by checkpoint_reader, in any format.
 /// `pieces` are the content's byte ranges in the file mapping, in order (several for a ckpt
-/// tensor stored as several Values).
+/// tensor stored as several Values). Of a DCP file, one entry per chunk stored: `dims` are the
+/// chunk's sizes and `offsets` where it lies in the full tensor (a name may then come several
+/// times); other formats leave `offsets` empty.
 struct tensor_ref {
   std::string name;
   bool map_tensor = false;
@@ -150,6 +164,7 @@ struct tensor_ref {
   std::vector<std::int64_t> dims;
   std::vector<std::span<const std::byte>> pieces;
   const ckpt_entry* ckpt = nullptr;  ///< the ckpt entry (serialized Values), null for safetensors
+  std::vector<std::int64_t> offsets;  ///< DCP: the chunk's offsets in the full tensor
 
   std::uint64_t content_size() const noexcept { return detail::content_size(pieces); }
   /// dims [] or MindSpore's scalar dims [0] with one element.
@@ -157,24 +172,43 @@ struct tensor_ref {
 };
 
 /// A checkpoint file (.ckpt, or .safetensors by its name, or a Hugging Face directory of
-/// safetensors shards, read as one file: hf_checkpoint), memory-mapped and indexed. The CRC
+/// safetensors shards, read as one file: hf_checkpoint, or a DCP `.distcp` file, read with its
+/// directory's `.metadata`), memory-mapped and indexed. The CRC
 /// trailer of a ckpt file is checked by verify_crc(), which streams the file and releases its
 /// pages as it goes (the constructor only reads the Values' headers).
 class checkpoint_reader {
  public:
-  explicit checkpoint_reader(std::filesystem::path path) : format_(format_of(path)) {
-    if (format_ == checkpoint_format::ckpt) {
+  explicit checkpoint_reader(std::filesystem::path path) : checkpoint_reader(std::move(path), nullptr) {}
+
+  /// A `.distcp` file of a DCP checkpoint whose `.metadata` the caller read already (`metadata`;
+  /// null: read from the file's directory). Other formats ignore `metadata`. Opening it decodes the
+  /// archive of each chunk the file stores (dcp_metadata::chunks_by_file; its zip directory and
+  /// data.pkl, not its data).
+  checkpoint_reader(std::filesystem::path path, std::shared_ptr<const dcp_metadata> metadata) : format_(format_of(path)) {
+    if (format_ == checkpoint_format::dcp) {
+      const auto dir = path.parent_path();
+      if (!metadata) metadata = std::make_shared<const dcp_metadata>(read_dcp_metadata(dir));
+      const std::string relative = path.filename().string();
+      dcp_.emplace(dcp_part{std::move(metadata), mapped_file(path, "dcp")});
+      const auto& by_file = dcp_->metadata->chunks_by_file;
+      if (const auto mine = by_file.find(relative); mine != by_file.end())
+        for (const auto& [i, k] : mine->second) {  // by tensor, so that a name's chunks are adjacent
+          const dcp_tensor& t = dcp_->metadata->tensors[i];
+          const torch_tensor c = dcp_chunk_tensor(dcp_->file, dir, t, k);
+          entries_.push_back({t.fqn, false, t.type, c.shape, {c.data}, nullptr, t.chunks[k].offsets});
+        }
+    } else if (format_ == checkpoint_format::ckpt) {
       ckpt_.emplace(std::move(path), ckpt_read_options{.verify_crc = false});
       entries_.reserve(ckpt_->entries().size());
       for (const auto& e : ckpt_->entries())
-        entries_.push_back({e.name, e.map_tensor, e.type, e.dims, e.pieces, &e});
+        entries_.push_back({e.name, e.map_tensor, e.type, e.dims, e.pieces, &e, {}});
     } else if (format_ == checkpoint_format::hf) {
       hf_ = std::make_unique<hf_checkpoint>(std::move(path));
       for (const auto& e : hf_->entries())
-        entries_.push_back({e.tensor.name, false, e.tensor.type, e.tensor.shape, {e.tensor.data}, nullptr});
+        entries_.push_back({e.tensor.name, false, e.tensor.type, e.tensor.shape, {e.tensor.data}, nullptr, {}});
     } else {
       st_.emplace(std::move(path));
-      for (const auto& e : st_->entries()) entries_.push_back({e.name, false, e.type, e.shape, {e.data}, nullptr});
+      for (const auto& e : st_->entries()) entries_.push_back({e.name, false, e.type, e.shape, {e.data}, nullptr, {}});
       st_bytes_ = data_section_st();
     }
     by_name_.reserve(entries_.size());
@@ -202,12 +236,26 @@ class checkpoint_reader {
   std::span<const tensor_ref> entries() const noexcept { return entries_; }
   /// The mapped bytes: the whole file (ckpt), the data section (safetensors), the range of all
   /// the shards (hf).
-  std::span<const std::byte> bytes() const noexcept { return ckpt_ ? ckpt_->bytes() : hf_ ? hf_->bytes() : st_bytes_; }
+  std::span<const std::byte> bytes() const noexcept {
+    return ckpt_ ? ckpt_->bytes() : hf_ ? hf_->bytes() : dcp_ ? dcp_->file.bytes() : st_bytes_;
+  }
   bool has_crc() const noexcept { return ckpt_ && ckpt_->has_crc(); }
 
+  /// The (first) entry named `name`, or null.
   const tensor_ref* find(std::string_view name) const {
     auto it = by_name_.find(name);
     return it == by_name_.end() ? nullptr : &entries_[it->second];
+  }
+  /// The entry named `name` that holds the box `held` of the full tensor: of a DCP file, the
+  /// chunk at held's offset (null if the file stores none there); of the other formats, the
+  /// entry named `name` (the caller checks its dims).
+  const tensor_ref* find(std::string_view name, const box& held) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return nullptr;
+    if (!dcp_) return &entries_[it->second];
+    for (std::size_t i = it->second; i < entries_.size() && entries_[i].name == name; ++i)
+      if (index_list(entries_[i].offsets.begin(), entries_[i].offsets.end()) == held.offset) return &entries_[i];
+    return nullptr;
   }
 
   /// Checks the crc_num trailer, if any: reshard::error on a mismatch. Reads the file once, in
@@ -233,7 +281,7 @@ class checkpoint_reader {
   /// the range of the shards).
   std::uint64_t offset_of(const std::byte* p) const noexcept {
     if (hf_) return hf_->offset_of(p);
-    return static_cast<std::uint64_t>(p - (ckpt_ ? ckpt_->bytes() : st_->file_bytes()).data());
+    return static_cast<std::uint64_t>(p - (ckpt_ ? ckpt_->bytes() : dcp_ ? dcp_->file.bytes() : st_->file_bytes()).data());
   }
 
   /// Reads `out.size()` bytes at file offset `offset` with pread(2) (the page tables unchanged:
@@ -255,7 +303,7 @@ class checkpoint_reader {
 
  private:
   const std::filesystem::path& path_ref() const noexcept {
-    return ckpt_ ? ckpt_->path() : hf_ ? hf_->path() : st_->path();
+    return ckpt_ ? ckpt_->path() : hf_ ? hf_->path() : dcp_ ? dcp_->file.path() : st_->path();
   }
   std::span<const std::byte> data_section_st() const noexcept {
     // the data of a safetensors file: from its first tensor's data to its last's (computed once:
@@ -284,6 +332,11 @@ class checkpoint_reader {
   std::optional<ckpt_file> ckpt_;
   std::optional<safetensors_file> st_;
   std::unique_ptr<hf_checkpoint> hf_;
+  struct dcp_part {
+    std::shared_ptr<const dcp_metadata> metadata;
+    mapped_file file;
+  };
+  std::optional<dcp_part> dcp_;  // a DCP data file: its checkpoint's metadata, the file mapped
   std::vector<tensor_ref> entries_;
   // keyed by entries_' own names (entries_ is not changed after the constructor)
   std::unordered_map<std::string_view, std::size_t> by_name_;

@@ -32,7 +32,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -107,7 +110,9 @@ struct plan_source {
 };
 
 /// The boxes of the full tensor that source files hold of one parameter: (source rank, box),
-/// ascending by rank, each rank once.
+/// ascending by rank, then by the box's offset, each pair once. A file of a strategy's rank holds
+/// one box of a parameter; a file of a PyTorch DCP checkpoint may hold several, disjoint (one per
+/// chunk of the parameter it stores).
 using rank_boxes = std::vector<std::pair<index_t, box>>;
 
 /// The checkpoint plan: every target's items, and the totals.
@@ -130,25 +135,86 @@ struct checkpoint_plan {
   friend bool operator==(const checkpoint_plan&, const checkpoint_plan&) = default;
 };
 
-/// The box of the full tensor that source rank `rank`'s file holds of parameter `source_name`, as
-/// the plan's table says (checkpoint_plan::holds), or null if the table does not say.
-inline const box* held_box(const rank_boxes& holds, index_t rank) {
-  const auto h = std::lower_bound(holds.begin(), holds.end(), rank,
-                                  [](const std::pair<index_t, box>& e, index_t r) { return e.first < r; });
-  return h != holds.end() && h->first == rank ? &h->second : nullptr;
+namespace detail {
+inline bool rank_box_before(const std::pair<index_t, box>& a, const std::pair<index_t, box>& b) {
+  if (a.first != b.first) return a.first < b.first;
+  return std::lexicographical_compare(a.second.offset.begin(), a.second.offset.end(), b.second.offset.begin(),
+                                      b.second.offset.end());
 }
-/// Puts `holds` in rank order, each rank once (the first of its entries kept): what held_box
-/// searches. Builders append in any order, then call it.
+
+// The first two transfers (by index) whose boxes overlap, if any: a sweep along the dim with the
+// most distinct starts, each box compared only with the boxes still open there (O(T log T) when
+// the boxes are spread along it, as a tiling's are). Boxes of another rank than the first are
+// skipped (checkpoint_plan_problems reports them).
+inline std::optional<std::pair<std::size_t, std::size_t>> first_overlap(const std::vector<plan_transfer>& xs) {
+  if (xs.size() < 2) return std::nullopt;
+  const std::size_t n = xs.front().where.offset.size();
+  std::size_t dim = 0, most = 0;
+  std::vector<index_t> starts;
+  for (std::size_t d = 0; d < n; ++d) {  // the dim whose starts are the most distinct
+    starts.clear();
+    for (const auto& x : xs)
+      if (x.where.offset.size() == n) starts.push_back(x.where.offset[d]);
+    std::sort(starts.begin(), starts.end());
+    const auto distinct = static_cast<std::size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
+    if (distinct > most) most = distinct, dim = d;
+  }
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (xs[i].where.offset.size() == n && volume(xs[i].where) > 0) order.push_back(i);
+  if (n == 0) return order.size() > 1 ? std::optional(std::pair{order[0], order[1]}) : std::nullopt;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return xs[a].where.offset[dim] < xs[b].where.offset[dim] || (xs[a].where.offset[dim] == xs[b].where.offset[dim] && a < b);
+  });
+  std::optional<std::pair<std::size_t, std::size_t>> best;
+  std::vector<std::size_t> open;
+  for (std::size_t i : order) {
+    const index_t start = xs[i].where.offset[dim];
+    std::erase_if(open, [&](std::size_t k) { return xs[k].where.offset[dim] + xs[k].where.extent[dim] <= start; });
+    for (std::size_t k : open)
+      if (volume(intersect(xs[k].where, xs[i].where)) > 0) {
+        const std::pair<std::size_t, std::size_t> hit{std::min(i, k), std::max(i, k)};
+        if (!best || hit < *best) best = hit;
+      }
+    open.push_back(i);
+  }
+  return best;
+}
+
+}  // namespace detail
+
+/// The boxes source rank `rank`'s file holds of a parameter: a range of `holds` (empty if none).
+inline std::span<const std::pair<index_t, box>> held_boxes(const rank_boxes& holds, index_t rank) {
+  const auto lo = std::lower_bound(holds.begin(), holds.end(), rank,
+                                   [](const std::pair<index_t, box>& e, index_t r) { return e.first < r; });
+  auto hi = lo;
+  while (hi != holds.end() && hi->first == rank) ++hi;
+  return {holds.data() + (lo - holds.begin()), static_cast<std::size_t>(hi - lo)};
+}
+/// The box of the full tensor that source rank `rank`'s file holds of a parameter and that a
+/// transfer of `where` reads, as the plan's table says (checkpoint_plan::holds): of a rank holding
+/// one box, that box (the caller checks that `where` is inside it); of a rank holding several
+/// (DCP chunks), the one `where` lies in, else the first. Null if the table lists none.
+inline const box* held_box(const rank_boxes& holds, index_t rank, const box& where) {
+  const auto mine = held_boxes(holds, rank);
+  if (mine.empty()) return nullptr;
+  for (const auto& e : mine)
+    if (intersect(where, e.second) == where) return &e.second;
+  return &mine.front().second;
+}
+/// Puts `holds` in order (rank, then offset), each pair once: what held_box searches. Builders
+/// append in any order, then call it.
 inline void sort_by_rank(rank_boxes& holds) {
-  std::stable_sort(holds.begin(), holds.end(),
-                   [](const std::pair<index_t, box>& a, const std::pair<index_t, box>& b) { return a.first < b.first; });
-  holds.erase(std::unique(holds.begin(), holds.end(),
-                          [](const std::pair<index_t, box>& a, const std::pair<index_t, box>& b) { return a.first == b.first; }),
-              holds.end());
+  std::stable_sort(holds.begin(), holds.end(), detail::rank_box_before);
+  holds.erase(std::unique(holds.begin(), holds.end()), holds.end());
 }
+/// The (first) box source rank `rank`'s file holds of parameter `source_name`, or null if the
+/// table does not say.
 inline const box* held_box(const checkpoint_plan& p, index_t rank, std::string_view source_name) {
   const auto by_rank = p.holds.find(source_name);
-  return by_rank == p.holds.end() ? nullptr : held_box(by_rank->second, rank);
+  if (by_rank == p.holds.end()) return nullptr;
+  const auto mine = held_boxes(by_rank->second, rank);
+  return mine.empty() ? nullptr : &mine.front().second;
 }
 
 /// Calls f(source rank, bytes) for each read of item `it`, in order.
@@ -257,7 +323,10 @@ inline nlohmann::json to_json(const checkpoint_plan& p) {
     for (const auto& [r, b] : by_rank) {
       nlohmann::json& h = holds[r];
       if (h.is_null()) h = nlohmann::json::object();
-      h[name] = detail::box_json(b);
+      // one box (every strategy's file); a DCP file holding several chunks: an array of them
+      if (!h.contains(name)) h[name] = detail::box_json(b);
+      else if (h[name].is_array()) h[name].push_back(detail::box_json(b));
+      else h[name] = nlohmann::json::array({std::move(h[name]), detail::box_json(b)});
     }
   for (const auto& [r, s] : p.sources) {
     auto h = holds.find(r);

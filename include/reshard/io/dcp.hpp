@@ -96,6 +96,9 @@ struct dcp_metadata {
   std::vector<dcp_tensor> tensors;        ///< in the order of state_dict_metadata
   std::vector<dcp_byte_item> byte_items;  ///< likewise
   std::optional<std::string> version;     ///< Metadata.version, when written
+  /// Per data file, the chunks it stores: (index in `tensors`, index in its chunks), in the
+  /// metadata's order (what reading one file needs, without a scan of every chunk).
+  std::map<std::string, std::vector<std::pair<std::size_t, std::size_t>>, std::less<>> chunks_by_file;
 
   /// The tensor `fqn`, or nullptr.
   const dcp_tensor* find(std::string_view fqn) const {
@@ -139,6 +142,9 @@ class dcp_decoder {
       }
     }
     attach_storage(md, *sd);
+    for (std::size_t i = 0; i < md.tensors.size(); ++i)
+      for (std::size_t k = 0; k < md.tensors[i].chunks.size(); ++k)
+        md.chunks_by_file[md.tensors[i].chunks[k].storage.relative_path].emplace_back(i, k);
     return md;
   }
 
@@ -328,6 +334,67 @@ inline dcp_metadata read_dcp_metadata(const std::filesystem::path& dir) {
   return parse_dcp_metadata(f.bytes(), path.string());
 }
 
+/// The name of one saved item in messages: "dcp: DIR/FILE [offset, +length) ('fqn')".
+inline std::string dcp_item_name(const std::filesystem::path& dir, const dcp_storage& s, const std::string& fqn) {
+  return "dcp: " + (dir / s.relative_path).string() + " [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) + ") (" +
+         io::detail::quote_name(fqn) + ")";
+}
+
+/// The bytes of one saved item in its mapped `.distcp` file `f`, checked to lie inside it.
+inline std::span<const std::byte> dcp_item_bytes(const mapped_file& f, const dcp_storage& s) {
+  const auto bytes = f.bytes();
+  if (s.offset > bytes.size() || s.length > bytes.size() - s.offset)
+    report_error("dcp: " + f.path().string() + ": an item of " + std::to_string(s.length) + " bytes at offset " +
+                 std::to_string(s.offset) + " runs past the end of the " + std::to_string(bytes.size()) + "-byte file");
+  return bytes.subspan(static_cast<std::size_t>(s.offset), static_cast<std::size_t>(s.length));
+}
+
+/// The tensor of chunk `index` of `t`, stored in the mapped file `f` of the checkpoint directory
+/// `dir`: its bytes in place, checked to be the chunk's dtype and shape.
+/// @post result.shape == t.chunks[index].sizes && result.type == t.type
+inline torch_tensor dcp_chunk_tensor(const mapped_file& f, const std::filesystem::path& dir, const dcp_tensor& t,
+                                     std::size_t index) {
+  RESHARD_EXPECTS(index < t.chunks.size(), "dcp_chunk_tensor: no such chunk");
+  const auto& c = t.chunks[index];
+  const torch_archive a(dcp_item_bytes(f, c.storage), dcp_item_name(dir, c.storage, t.fqn));
+  auto out = read_torch_tensor(a);
+  if (out.type != t.type || out.shape != c.sizes)
+    a.fail("holds a " + std::string(ms_name(out.type)) + " tensor " + io::detail::format_dims(out.shape) + ", but the metadata says " +
+           std::string(ms_name(t.type)) + " " + io::detail::format_dims(c.sizes));
+  return out;
+}
+
+/// The data files a DCP checkpoint's metadata names (its chunks' and byte items'), in the order
+/// that numbers them as the sources of a conversion: `__<rank>_<n>.distcp` by (rank, n) as
+/// numbers, then any other name in name order.
+inline std::vector<std::string> dcp_data_files(const dcp_metadata& md) {
+  std::set<std::string> names;
+  for (const auto& [file, chunks] : md.chunks_by_file) names.insert(file);
+  for (const auto& b : md.byte_items) names.insert(b.storage.relative_path);
+  // (rank, n) of "__<rank>_<n>.distcp", or none
+  const auto numbers = [](const std::string& name) -> std::optional<std::pair<std::uint64_t, std::uint64_t>> {
+    std::uint64_t v[2] = {0, 0};
+    std::size_t at = 2;
+    if (name.size() < 2 || name[0] != '_' || name[1] != '_') return std::nullopt;
+    for (int k = 0; k < 2; ++k) {
+      const std::size_t start = at;
+      while (at < name.size() && name[at] >= '0' && name[at] <= '9' && at - start < 18)
+        v[k] = v[k] * 10 + static_cast<std::uint64_t>(name[at++] - '0');
+      if (at == start) return std::nullopt;
+      if (k == 0 && (at >= name.size() || name[at++] != '_')) return std::nullopt;
+    }
+    if (name.substr(at) != ".distcp") return std::nullopt;
+    return std::pair{v[0], v[1]};
+  };
+  std::vector<std::string> out(names.begin(), names.end());
+  std::stable_sort(out.begin(), out.end(), [&](const std::string& a, const std::string& b) {
+    const auto x = numbers(a), y = numbers(b);
+    if (x && y) return *x < *y;
+    return x.has_value() && !y.has_value();  // numbered names first; the others stay in name order
+  });
+  return out;
+}
+
 /// A DCP checkpoint directory: its metadata, and its items' bytes mapped in place.
 class dcp_checkpoint {
  public:
@@ -337,31 +404,19 @@ class dcp_checkpoint {
   const dcp_metadata& metadata() const noexcept { return metadata_; }
 
   /// The bytes of one saved item (a torch.save archive), inside its mapped file.
-  std::span<const std::byte> item_bytes(const dcp_storage& s) {
-    const auto& f = file(s.relative_path);
-    const auto bytes = f.bytes();
-    if (s.offset > bytes.size() || s.length > bytes.size() - s.offset)
-      report_error("dcp: " + f.path().string() + ": an item of " + std::to_string(s.length) + " bytes at offset " +
-                   std::to_string(s.offset) + " runs past the end of the " + std::to_string(bytes.size()) + "-byte file");
-    return bytes.subspan(static_cast<std::size_t>(s.offset), static_cast<std::size_t>(s.length));
-  }
+  std::span<const std::byte> item_bytes(const dcp_storage& s) { return dcp_item_bytes(file(s.relative_path), s); }
 
   /// The tensor of chunk `index` of `t`: its bytes in place, checked to be the chunk's dtype and
   /// shape. @post result.shape == t.chunks[index].sizes && result.type == t.type
   torch_tensor chunk(const dcp_tensor& t, std::size_t index) {
     RESHARD_EXPECTS(index < t.chunks.size(), "dcp_checkpoint::chunk: no such chunk");
-    const auto& c = t.chunks[index];
-    const torch_archive a(item_bytes(c.storage), item_name(c.storage, t.fqn));
-    auto out = read_torch_tensor(a);
-    if (out.type != t.type || out.shape != c.sizes)
-      a.fail("holds a " + std::string(ms_name(out.type)) + " tensor " + io::detail::format_dims(out.shape) + ", but the metadata says " +
-             std::string(ms_name(t.type)) + " " + io::detail::format_dims(c.sizes));
-    return out;
+    const auto& s = t.chunks[index].storage;
+    return dcp_chunk_tensor(file(s.relative_path), dir_, t, index);
   }
 
   /// The pickled object of a byte item, decoded (pickle.hpp's allow-list applies).
   pickle_document byte_item(const dcp_byte_item& b) {
-    const torch_archive a(item_bytes(b.storage), item_name(b.storage, b.fqn));
+    const torch_archive a(item_bytes(b.storage), dcp_item_name(dir_, b.storage, b.fqn));
     return unpickle(a.data_pkl(), a.name() + ": data.pkl");
   }
 
@@ -373,10 +428,6 @@ class dcp_checkpoint {
   }
 
  private:
-  std::string item_name(const dcp_storage& s, const std::string& fqn) const {
-    return "dcp: " + (dir_ / s.relative_path).string() + " [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) + ") (" +
-           io::detail::quote_name(fqn) + ")";
-  }
   const mapped_file& file(const std::string& relative) {
     auto it = files_.find(relative);
     if (it == files_.end()) it = files_.emplace(relative, mapped_file(dir_ / relative, "dcp")).first;

@@ -199,10 +199,18 @@ class transform_job {
       if (r < 0 || r >= catalogue_.source_ranks())
         report_error(op_ + ": source rank " + std::to_string(r) + " (" + f.string() + ") is not a rank of " +
                      catalogue_.source_desc() + ", which has " + std::to_string(catalogue_.source_ranks()) + " rank" + (catalogue_.source_ranks() == 1 ? "" : "s"));
-    for (const auto& t : targets_)
-      if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
-        report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
-                     ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
+    check_target_ranks();
+  }
+
+  /// From a PyTorch DCP checkpoint (its chunks are its layout: no source strategy) to the targets
+  /// of `dst`; its byte items are left out, with a warning naming them.
+  transform_job(dcp_source src, strategy_layouts dst, std::vector<transform_target> targets, transform_options opts,
+                std::string op, std::vector<std::string> warnings = {})
+      : targets_(std::move(targets)), catalogue_(std::move(src), std::move(dst), targets_, op), opts_(std::move(opts)),
+        exec_{opts_.jobs, opts_.buffer_bytes}, op_(std::move(op)), warnings_(std::move(warnings)) {
+    const auto w = catalogue_.dcp()->byte_item_warnings(hf_target() ? "a Hugging Face checkpoint" : "ckpt or safetensors files");
+    warnings_.insert(warnings_.end(), w.begin(), w.end());
+    check_target_ranks();
   }
 
   /// Source ranks to take parameter shapes from first (the files these targets read anyway);
@@ -467,7 +475,7 @@ class transform_job {
     catalogue_.resolve(p);
     pi.target = catalogue_.target_box(it, t.rank);
     std::vector<parameter_catalogue::piece> pieces;
-    if (!p.src) {  // not in the source strategy: whole from the base file t % M
+    if (!p.src && !p.chunked) {  // not in the source strategy: whole from the base file t % M
       catalogue_.check_source(p, it.base);
       pieces.push_back({it.base, pi.target, box{index_list(p.shape.size(), 0), p.shape}});
     } else {
@@ -489,20 +497,26 @@ class transform_job {
     if (seen.empty()) seen.resize(static_cast<std::size_t>(catalogue_.source_ranks()));
     for (const parameter_catalogue::piece& pc : pieces) {
       pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem});
-      if (!seen[static_cast<std::size_t>(pc.rank)]) {
+      if (p.chunked) {  // a DCP file may hold several chunks: each listed (sort_by_rank drops repeats)
+        holds->second.emplace_back(pc.rank, pc.held);
+      } else if (!seen[static_cast<std::size_t>(pc.rank)]) {
         seen[static_cast<std::size_t>(pc.rank)] = true;
         holds->second.emplace_back(pc.rank, pc.held);
       }
     }
-    if (!p.src) {
+    if (!p.src && !p.chunked)
       pi.own_rank_bytes = it.base == t.rank ? pi.source_bytes : 0;
-    } else {
-      const partition& src = (it.dst ? *it.dst->planner : *p.whole).source();
-      pi.own_rank_bytes = src.has_rank(t.rank) && catalogue_.available(t.rank)
-                              ? static_cast<std::uint64_t>(volume(intersect(src.box_of_rank(t.rank), pi.target))) * elem
-                              : 0;
-    }
+    else
+      pi.own_rank_bytes = catalogue_.own_rank_bytes(it, t.rank, pi.target);
     return pi;
+  }
+
+  // Every target is a rank of the target strategy.
+  void check_target_ranks() const {
+    for (const auto& t : targets_)
+      if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
+        report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
+                     ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
   }
 
   // -- outputs: none is a source, none exists unless `force` (check_output_paths, execute.hpp)
@@ -549,7 +563,8 @@ class transform_job {
   // The safetensors metadata's "format" for target t: Hugging Face's when its source is a Hugging
   // Face checkpoint (transformers refuses other values), MindSpore's otherwise.
   std::string source_metadata(const transform_target& t) {
-    return catalogue_.open(t.rank % catalogue_.source_ranks()).format() == checkpoint_format::hf ? "pt" : "ms";
+    const checkpoint_format f = catalogue_.open(t.rank % catalogue_.source_ranks()).format();
+    return f == checkpoint_format::hf || f == checkpoint_format::dcp ? "pt" : "ms";
   }
 
   // The targets are Hugging Face checkpoint directories.
@@ -606,6 +621,24 @@ inline std::filesystem::path rank_file(const std::filesystem::path& rank_dir, co
   return files.back();
 }
 
+// A PyTorch DCP checkpoint `dir` as a source: its chunks are its layout, and a source strategy
+// given for it is an error naming the strategy.
+inline dcp_source dcp_source_of(const std::string& op, const std::filesystem::path& dir,
+                                const std::filesystem::path& src_strategy) {
+  if (!src_strategy.empty())
+    report_error(op + ": " + dir.string() + " is a PyTorch DCP checkpoint (it holds .metadata), whose chunks are its "
+                 "layout: give no source strategy (" + src_strategy.string() + " was given)");
+  return dcp_source(dir);
+}
+
+// The job from the DCP checkpoint `dir` to `targets` of `dst` (`src_strategy`: what the caller was
+// given, refused unless empty).
+inline transform_job dcp_job(std::string op, const std::filesystem::path& dir, const std::filesystem::path& src_strategy,
+                             strategy_layouts dst, std::vector<transform_target> targets, const transform_options& opts) {
+  dcp_source src = dcp_source_of(op, dir, src_strategy);  // before op is moved from
+  return transform_job(std::move(src), std::move(dst), std::move(targets), opts, std::move(op));
+}
+
 // The files of src_dir/rank_<r> for r in [0, ranks): every rank directory must exist.
 inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem::path& src_dir, index_t ranks,
                                                            const std::string& op, std::vector<std::string>& warnings) {
@@ -637,5 +670,6 @@ inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem
 // The engine lives in detail beside its helpers; these are its public names.
 using detail::transform_job;
 using detail::transform_target;
+using detail::dcp_source;
 
 }  // namespace reshard::io

@@ -15,6 +15,14 @@
 //     rank t % M, byte-exact; if the target strategy lists it, t gets the slice of it that its
 //     layout says.
 //
+// A PyTorch DCP checkpoint as the source (dcp_source) has no strategy: its `.metadata` gives each
+// tensor's chunks, and the chunks are its layout. Its data files are the source ranks (in
+// dcp_data_files order); a tensor's chunks, each a box of the full tensor in the file that stores
+// it (a file may store several), must tile the tensor (no gap, no overlap). A target's pieces of
+// such a tensor are its box intersected with each chunk: boxes, not a device matrix, so chunks
+// that are no grid (FSDP's flat ones) are read as exactly. Every tensor is sliced (none is a raw
+// copy); a tensor the target strategy does not list is written whole.
+//
 // Cost: a source file is opened (its index read) only when a target reads it or a shape is
 // taken from it; planning is O(M + N) per parameter and stage, then O(pieces) per target.
 #pragma once
@@ -25,10 +33,13 @@
 #include <reshard/partition.hpp>
 #include <reshard/plan.hpp>
 #include <reshard/io/checkpoint.hpp>
+#include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/dcp.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/name_rules.hpp>
 #include <reshard/io/strategy_layouts.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -69,6 +80,8 @@ struct param_info {
   std::optional<partition> src_part;   // of src, arithmetic: each source rank's box, no O(M) tables
   std::optional<rank_planner> whole;   // listed in the source strategy only: src -> whole_on_targets
   std::vector<bool> checked;  // by source rank: its entry was checked (sized on first use)
+  const dcp_tensor* chunked = nullptr;  // a DCP source's tensor: its chunks are its layout
+  rank_boxes boxes;  // chunked: every (source rank, chunk box), as sort_by_rank orders them
 };
 
 // One parameter of one target file.
@@ -80,6 +93,43 @@ struct out_item {
   std::string_view out;             // the output name (name_rules), when it differs
   std::string_view source_name() const { return p ? std::string_view(p->name) : std::string_view(raw->name); }
   std::string_view name() const { return out.empty() ? source_name() : out; }
+};
+
+/// A PyTorch DCP checkpoint as the source of a transform (instead of a strategy and rank files).
+struct dcp_source {
+  std::filesystem::path dir;
+  std::shared_ptr<const dcp_metadata> metadata;
+  std::vector<std::string> files;  ///< its data files (dcp_data_files): index = source rank
+
+  /// Reads `dir/.metadata`.
+  explicit dcp_source(std::filesystem::path d)
+      : dir(std::move(d)), metadata(std::make_shared<const dcp_metadata>(read_dcp_metadata(dir))),
+        files(dcp_data_files(*metadata)) {
+    for (std::size_t r = 0; r < files.size(); ++r) ranks_.emplace(files[r], static_cast<index_t>(r));
+  }
+  /// The source rank of the data file `relative` (one the metadata names).
+  index_t rank_of(const std::string& relative) const {
+    const auto it = ranks_.find(relative);
+    RESHARD_EXPECTS(it != ranks_.end(), "dcp_source: a file the metadata does not name");
+    return it->second;
+  }
+  /// The data files by source rank.
+  std::map<index_t, std::filesystem::path> rank_files() const {
+    std::map<index_t, std::filesystem::path> out;
+    for (std::size_t r = 0; r < files.size(); ++r) out.emplace(static_cast<index_t>(r), dir / files[r]);
+    return out;
+  }
+  /// The byte items, which no format but DCP holds: one warning naming them, or none.
+  std::vector<std::string> byte_item_warnings(std::string_view written) const {
+    if (metadata->byte_items.empty()) return {};
+    std::string names;
+    for (const auto& b : metadata->byte_items) names += (names.empty() ? "" : ", ") + quote_name(b.fqn);
+    return {dir.string() + ": the DCP byte item" + (metadata->byte_items.size() == 1 ? " " : "s ") + names +
+            " (pickled Python objects, not tensors) cannot be written to " + std::string(written) + ": left out"};
+  }
+
+ private:
+  std::map<std::string, index_t, std::less<>> ranks_;  // file -> source rank
 };
 
 /// One target file of a transform_job: the target rank and the file to write.
@@ -99,6 +149,15 @@ class parameter_catalogue {
       : src_(std::move(src)), dst_(std::move(dst)), files_(std::move(files)), targets_(std::move(targets)),
         op_(std::move(op)), M_(src_.ranks()), N_(dst_.ranks()) {}
 
+  /// From a DCP checkpoint (its data files the source ranks) to `dst`.
+  parameter_catalogue(dcp_source src, strategy_layouts dst, std::vector<transform_target> targets, std::string op)
+      : dst_(std::move(dst)), files_(src.rank_files()), targets_(std::move(targets)), op_(std::move(op)),
+        M_(static_cast<index_t>(src.files.size())), N_(dst_.ranks()), dcp_(std::move(src)) {
+    if (M_ == 0) report_error(op_ + ": " + dcp_->dir.string() + ": the DCP checkpoint stores no item in any data file");
+  }
+
+  /// The DCP checkpoint read, if the source is one.
+  const dcp_source* dcp() const noexcept { return dcp_ ? &*dcp_ : nullptr; }
   index_t source_ranks() const noexcept { return M_; }
   index_t target_ranks() const noexcept { return N_; }
   const std::map<index_t, std::filesystem::path>& files() const noexcept { return files_; }
@@ -116,6 +175,7 @@ class parameter_catalogue {
   };
 
   std::string source_desc() const {
+    if (dcp_) return "the DCP checkpoint " + dcp_->dir.string() + " (" + std::to_string(M_) + " data file" + (M_ == 1 ? ")" : "s)");
     return src_.present() ? "the source strategy " + src_.source() : "the source (no strategy: one unsplit rank)";
   }
   std::string target_desc() const {
@@ -129,7 +189,7 @@ class parameter_catalogue {
     if (it != readers_.end()) return *it->second;
     auto f = files_.find(r);
     RESHARD_EXPECTS(f != files_.end(), "transform: open: no file for the rank");
-    auto rd = std::make_unique<checkpoint_reader>(f->second);
+    auto rd = std::make_unique<checkpoint_reader>(f->second, dcp_ ? dcp_->metadata : nullptr);
     return *readers_.emplace(r, std::move(rd)).first->second;
   }
 
@@ -149,6 +209,15 @@ class parameter_catalogue {
       open(base);
     }
     apply_name_rules(rules);
+    // A DCP checkpoint's tensors: each sliced by its chunks.
+    if (dcp_)
+      for (const auto& t : dcp_->metadata->tensors) {
+        if (!selected(t.fqn)) continue;
+        auto& p = params_[t.fqn];
+        p.name = t.fqn;
+        p.chunked = &t;
+        p.dst_entries = dst_.present() ? dst_.find(output_name(t.fqn)) : nullptr;
+      }
     // Sliced parameters listed in the source strategy.
     for (const auto& name : src_.names()) {
       if (!selected(name)) continue;
@@ -159,6 +228,7 @@ class parameter_catalogue {
     }
     // Parameters of the base files that only the target strategy lists.
     for (const auto& t : targets_) {
+      if (dcp_) break;  // every tensor of a DCP checkpoint is above
       const auto& rd = open(t.rank % M_);
       for (const auto& e : rd.entries()) {
         if (!selected(e.name) || src_.find(e.name) || !dst_.present() || !dst_.find(output_name(e.name))) continue;
@@ -199,6 +269,10 @@ class parameter_catalogue {
   // base files' (name_rules and dtype_rules are checked against these).
   std::set<std::string, std::less<>> source_names() {
     std::set<std::string, std::less<>> all(src_.names().begin(), src_.names().end());
+    if (dcp_) {
+      for (const auto& t : dcp_->metadata->tensors) all.insert(t.fqn);
+      return all;
+    }
     std::set<index_t> bases;
     for (const auto& t : targets_) bases.insert(t.rank % M_);
     for (index_t b : bases)
@@ -239,10 +313,15 @@ class parameter_catalogue {
       it.p = &p;
       it.base = base;
       if (!slice_applies(p, t, it)) return;
-      if (!p.src_entries) it.raw = rd.find(p.name);
+      if (!p.src_entries && !p.chunked) it.raw = rd.find(p.name);
       name_item(it);
       f(it);
     };
+    if (dcp_) {  // the metadata's order
+      for (const auto& c : dcp_->metadata->tensors)
+        if (selected(c.fqn)) visit_listed(params_.at(c.fqn));
+      return;
+    }
     for (const auto& e : rd.entries()) {
       if (!selected(e.name)) continue;
       auto pit = params_.find(e.name);
@@ -289,7 +368,10 @@ class parameter_catalogue {
     if (p.resolved) return;
     const tensor_ref* shape_from = nullptr;
     std::string shape_file;
-    if (p.src_entries) {
+    if (p.chunked) {
+      resolve_chunked(p);
+      shape_file = dcp_metadata_path(dcp_->dir).string();
+    } else if (p.src_entries) {
       const staged_layout& s = p.src_entries->front();
       detail::check_supported(s.stored, who_src(p.name) + ": ");
       const index_t n = src_.stage_ranks(), first = index_t{s.stage} * n;
@@ -359,6 +441,35 @@ class parameter_catalogue {
     p.resolved = true;
   }
 
+  // A DCP tensor: its shape and dtype from the metadata, its chunks as boxes of their files,
+  // which must tile it.
+  void resolve_chunked(param_info& p) {
+    const dcp_tensor& t = *p.chunked;
+    const std::string who = op_ + ": " + dcp_metadata_path(dcp_->dir).string() + ": tensor " + quote_name(t.fqn);
+    p.type = t.type;
+    p.type_known = true;
+    p.type_file = dcp_metadata_path(dcp_->dir).string();
+    p.scalar = t.size.empty();
+    p.shape = index_list(t.size.begin(), t.size.end());
+    std::vector<plan_transfer> chunks;  // as boxes, for the overlap check plans get
+    std::uint64_t covered = 0;
+    for (const auto& c : t.chunks) {
+      const box b{index_list(c.offsets.begin(), c.offsets.end()), index_list(c.sizes.begin(), c.sizes.end())};
+      const index_t r = dcp_->rank_of(c.storage.relative_path);
+      p.boxes.emplace_back(r, b);
+      chunks.push_back({r, b, 0});
+      covered += static_cast<std::uint64_t>(volume(b));
+    }
+    if (const auto twice = detail::first_overlap(chunks))
+      report_error(who + ": the chunks " + to_string(chunks[twice->first].where) + " and " + to_string(chunks[twice->second].where) +
+                   " overlap (in " + dcp_->files[static_cast<std::size_t>(chunks[twice->first].rank)] + " and " +
+                   dcp_->files[static_cast<std::size_t>(chunks[twice->second].rank)] + ")");
+    if (covered != static_cast<std::uint64_t>(volume(p.shape)))
+      report_error(who + ": its chunks hold " + std::to_string(covered) + " of its " + std::to_string(volume(p.shape)) +
+                   " elements " + format_dims(t.size) + " (a gap: the checkpoint is incomplete)");
+    sort_by_rank(p.boxes);
+  }
+
   // A tensor the transform reads for p: a plain tensor of one dtype (the same in every file).
   void check_tensor(const tensor_ref& e, const std::string& file, param_info& p) {
     const auto who = [&] { return op_ + ": " + file + ": parameter " + quote_name(p.name) + ": "; };
@@ -384,6 +495,12 @@ class parameter_catalogue {
     p.checked[static_cast<std::size_t>(r)] = true;
     const auto& rd = open(r);
     const std::string& file = rd.path().native();
+    if (p.chunked) {  // the reader took its chunks from the metadata, each checked against its archive
+      for (const auto& [rank, b] : held_boxes(p.boxes, r))
+        if (!rd.find(p.name, b))
+          report_error(op_ + ": " + file + ": tensor " + quote_name(p.name) + ": no chunk stored at " + to_string(b));
+      return;
+    }
     const tensor_ref* e = rd.find(p.name);
     if (!e) {
       if (p.src_entries)
@@ -428,6 +545,13 @@ class parameter_catalogue {
   std::vector<piece> pieces_of(const out_item& it, index_t t, const box& tb) {
     std::vector<piece> out;
     const param_info& p = *it.p;
+    if (p.chunked) {  // the box cut by the chunks that meet it
+      for (const auto& [r, b] : p.boxes) {
+        const box in = intersect(b, tb);
+        if (volume(in) > 0) out.push_back({r, in, b});
+      }
+      return out;
+    }
     if (!p.src) {  // not listed in the source strategy: whole in the base file t % M
       out.push_back({it.base, tb, box{index_list(p.shape.size(), 0), p.shape}});
       return out;
@@ -455,6 +579,19 @@ class parameter_catalogue {
     return out;
   }
 
+  // The bytes of target t's box that source rank t's own file holds of sliced item `it`.
+  std::uint64_t own_rank_bytes(const out_item& it, index_t t, const box& tb) const {
+    const param_info& p = *it.p;
+    if (!available(t)) return 0;
+    if (p.chunked) {
+      index_t n = 0;
+      for (const auto& [r, b] : held_boxes(p.boxes, t)) n += volume(intersect(b, tb));
+      return static_cast<std::uint64_t>(n) * element_size(p.type);
+    }
+    const partition& src = (it.dst ? *it.dst->planner : *p.whole).source();
+    return src.has_rank(t) ? static_cast<std::uint64_t>(volume(intersect(src.box_of_rank(t), tb))) * element_size(p.type) : 0;
+  }
+
   // The lowest owner of source region k whose file was given; -1 if none.
   index_t available_owner(const partition& ps, index_t k) const {
     std::vector<index_t> buf;
@@ -475,6 +612,7 @@ class parameter_catalogue {
   std::set<index_t> shape_hint_;
   bool collected_ = false;
   std::optional<name_selection> names_;  // with name_rules: the selection
+  std::optional<dcp_source> dcp_;        // a DCP checkpoint as the source (no src_)
 };
 
 }  // namespace detail

@@ -303,12 +303,12 @@ class plan_executor {
   // The tensor `name` of source rank r's file, checked against what the plan says of it.
   const tensor_ref& source_tensor(index_t r, const plan_item& it, const box* held) const {
     const checkpoint_reader& rd = source(r);
-    const tensor_ref* e = rd.find(it.source_name);
+    const tensor_ref* e = held ? rd.find(it.source_name, *held) : rd.find(it.source_name);
     const auto fail = [&](const std::string& why) {
       report_error(op_ + ": " + rd.path().string() + ": parameter " + detail::quote_name(it.source_name) + ": " + why +
                    " (the plan does not match this source file)");
     };
-    if (!e) fail("missing");
+    if (!e) fail(rd.find(it.source_name) ? "no chunk stored at " + to_string(*held) : std::string("missing"));
     if (e->type != it.from)
       fail("dtype " + std::string(ms_name(e->type)) + ", the plan reads " + std::string(ms_name(it.from)));
     if (held) {
@@ -475,7 +475,7 @@ class plan_executor {
     const auto holds = plan_.holds.find(it.source_name);  // what each sender's file holds of it
     for (std::size_t k = 0; k < it.transfers.size(); ++k) {
       const plan_transfer& t = it.transfers[k];
-      const box* held = holds == plan_.holds.end() ? nullptr : held_box(holds->second, t.rank);
+      const box* held = holds == plan_.holds.end() ? nullptr : held_box(holds->second, t.rank, t.where);
       if (!held)
         report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's source table does not say what "
                      "source rank " + std::to_string(t.rank) + " holds (a plan that does not add up)");

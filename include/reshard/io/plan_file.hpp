@@ -71,45 +71,6 @@ struct plan_json_reader : json_fields {
   }
 };
 
-// The first two transfers (by index) whose boxes overlap, if any: a sweep along the dim with the
-// most distinct starts, each box compared only with the boxes still open there (O(T log T) when
-// the boxes are spread along it, as a tiling's are). Boxes of another rank than the first are
-// skipped (checkpoint_plan_problems reports them).
-inline std::optional<std::pair<std::size_t, std::size_t>> first_overlap(const std::vector<plan_transfer>& xs) {
-  if (xs.size() < 2) return std::nullopt;
-  const std::size_t n = xs.front().where.offset.size();
-  std::size_t dim = 0, most = 0;
-  std::vector<index_t> starts;
-  for (std::size_t d = 0; d < n; ++d) {  // the dim whose starts are the most distinct
-    starts.clear();
-    for (const auto& x : xs)
-      if (x.where.offset.size() == n) starts.push_back(x.where.offset[d]);
-    std::sort(starts.begin(), starts.end());
-    const auto distinct = static_cast<std::size_t>(std::unique(starts.begin(), starts.end()) - starts.begin());
-    if (distinct > most) most = distinct, dim = d;
-  }
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < xs.size(); ++i)
-    if (xs[i].where.offset.size() == n && volume(xs[i].where) > 0) order.push_back(i);
-  if (n == 0) return order.size() > 1 ? std::optional(std::pair{order[0], order[1]}) : std::nullopt;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return xs[a].where.offset[dim] < xs[b].where.offset[dim] || (xs[a].where.offset[dim] == xs[b].where.offset[dim] && a < b);
-  });
-  std::optional<std::pair<std::size_t, std::size_t>> best;
-  std::vector<std::size_t> open;
-  for (std::size_t i : order) {
-    const index_t start = xs[i].where.offset[dim];
-    std::erase_if(open, [&](std::size_t k) { return xs[k].where.offset[dim] + xs[k].where.extent[dim] <= start; });
-    for (std::size_t k : open)
-      if (volume(intersect(xs[k].where, xs[i].where)) > 0) {
-        const std::pair<std::size_t, std::size_t> hit{std::min(i, k), std::max(i, k)};
-        if (!best || hit < *best) best = hit;
-      }
-    open.push_back(i);
-  }
-  return best;
-}
-
 }  // namespace detail
 
 /// The plan a to_json (checkpoint_plan.hpp) wrote, version 2; `origin` names it in messages
@@ -135,8 +96,14 @@ inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string
     src.mtime_ns = r.i64(s, "mtime_ns", w);
     const auto& holds = r.at(s, "holds", w);
     if (!holds.is_object()) r.fail(w + ".holds", "not an object");
-    for (auto it = holds.begin(); it != holds.end(); ++it)
-      p.holds[it.key()].emplace_back(rank, r.get_box(it.value(), w + ".holds." + it.key()));
+    for (auto it = holds.begin(); it != holds.end(); ++it) {
+      if (!it.value().is_array()) {  // one box; a DCP file's several chunks: an array
+        p.holds[it.key()].emplace_back(rank, r.get_box(it.value(), w + ".holds." + it.key()));
+        continue;
+      }
+      for (std::size_t k = 0; k < it.value().size(); ++k)
+        p.holds[it.key()].emplace_back(rank, r.get_box(it.value()[k], w + ".holds." + it.key() + "[" + std::to_string(k) + "]"));
+    }
     if (!p.sources.emplace(rank, std::move(src)).second) r.fail(w, "source rank " + std::to_string(rank) + " twice");
   }
   for (auto& [name, by_rank] : p.holds) sort_by_rank(by_rank);  // the sources are distinct
@@ -196,7 +163,8 @@ inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string
           // source table's
           if (x.is_object() && x.contains("held")) {
             const box held = r.get_box(x.at("held"), wx + ".held");
-            const box* table = held_box(p, pt2.rank, it.source_name);
+            const auto by_rank = p.holds.find(it.source_name);
+            const box* table = by_rank == p.holds.end() ? nullptr : held_box(by_rank->second, pt2.rank, pt2.where);
             if (table && *table != held)
               r.fail(wx + ".held", "is " + to_string(held) + ", the source table says " + to_string(*table));
           }
@@ -283,7 +251,7 @@ inline std::vector<std::string> checkpoint_plan_problems(const checkpoint_plan& 
         }
         if (intersect(x.where, tb) != x.where) add(wx() + ": outside the target box " + to_string(tb));
         if (static_cast<std::uint64_t>(volume(x.where)) * in != x.bytes) add(wx() + ": not " + std::to_string(x.bytes) + " bytes");
-        const box* held = holds == p.holds.end() ? nullptr : held_box(holds->second, x.rank);
+        const box* held = holds == p.holds.end() ? nullptr : held_box(holds->second, x.rank, x.where);
         if (!p.sources.count(x.rank))
           add(wx() + ": the plan does not read source rank " + std::to_string(x.rank));
         else if (!held)
@@ -307,9 +275,9 @@ inline std::vector<std::string> checkpoint_plan_problems(const checkpoint_plan& 
   }
   for (const auto& [name, by_rank] : p.holds)  // held_box searches them
     for (std::size_t k = 1; k < by_rank.size(); ++k)
-      if (by_rank[k - 1].first >= by_rank[k].first) {
+      if (!detail::rank_box_before(by_rank[k - 1], by_rank[k])) {
         add("the boxes held of " + detail::quote_name(name) + ": source rank " + std::to_string(by_rank[k].first) +
-            (by_rank[k - 1].first == by_rank[k].first ? " twice" : " out of order"));
+            (by_rank[k - 1] == by_rank[k] ? ": a box twice" : ": out of order"));
         break;
       }
   const plan_totals sums = totals_of(p);  // the items' sums, without copying the plan
@@ -400,7 +368,7 @@ inline checkpoint_plan plan_part(const checkpoint_plan& p, const std::vector<std
       if (holds == p.holds.end()) continue;  // a plan with a problem: check_checkpoint_plan says so
       auto& mine = q.holds[it.source_name];
       for (const auto& x : it.transfers)
-        if (const box* h = held_box(holds->second, x.rank)) mine.emplace_back(x.rank, *h);
+        if (const box* h = held_box(holds->second, x.rank, x.where)) mine.emplace_back(x.rank, *h);
     }
   }
   for (auto& [name, by_rank] : q.holds) sort_by_rank(by_rank);

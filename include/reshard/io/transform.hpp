@@ -58,6 +58,11 @@ inline transform_job directory_job(std::string op, const std::filesystem::path& 
                                    const std::filesystem::path& dst_dir, std::string_view prefix,
                                    const std::filesystem::path& src_strategy, const std::filesystem::path& dst_strategy,
                                    const transform_options& opts) {
+  if (is_dcp_directory(src_dir)) {
+    strategy_layouts dst(dst_strategy);
+    auto targets = rank_targets(dst, dst_dir, prefix, opts.format);
+    return dcp_job(std::move(op), src_dir, src_strategy, std::move(dst), std::move(targets), opts);
+  }
   strategy_layouts src(src_strategy), dst(dst_strategy);
   std::vector<std::string> warnings;
   auto files = rank_files(src_dir, src.ranks(), op, warnings);
@@ -69,6 +74,8 @@ inline transform_job directory_job(std::string op, const std::filesystem::path& 
 // The job from the distributed checkpoint of `src_dir` to one checkpoint of full tensors.
 inline transform_job merge_job(std::string op, const std::filesystem::path& src_dir, const std::filesystem::path& out_file,
                                const std::filesystem::path& src_strategy, const transform_options& opts) {
+  if (is_dcp_directory(src_dir))
+    return dcp_job(std::move(op), src_dir, src_strategy, strategy_layouts(), {transform_target{0, out_file}}, opts);
   strategy_layouts src(src_strategy);
   std::vector<std::string> warnings;
   auto files = rank_files(src_dir, src.ranks(), op, warnings);
@@ -83,6 +90,7 @@ inline transform_job split_job(std::string op, const std::filesystem::path& chec
                                std::string_view prefix, const transform_options& opts) {
   strategy_layouts dst(dst_strategy);
   auto targets = rank_targets(dst, dst_dir, prefix, opts.format);
+  if (is_dcp_directory(checkpoint)) return dcp_job(std::move(op), checkpoint, {}, std::move(dst), std::move(targets), opts);
   std::map<index_t, std::filesystem::path> files;
   files.emplace(0, checkpoint);
   return transform_job(strategy_layouts(), std::move(dst), std::move(files), std::move(targets), opts, std::move(op));
@@ -91,6 +99,8 @@ inline transform_job split_job(std::string op, const std::filesystem::path& chec
 // The job from one checkpoint to another, tensor for tensor.
 inline transform_job convert_job(std::string op, const std::filesystem::path& in_file,
                                  const std::filesystem::path& out_file, const transform_options& opts) {
+  if (is_dcp_directory(in_file))
+    return dcp_job(std::move(op), in_file, {}, strategy_layouts(), {transform_target{0, out_file}}, opts);
   std::map<index_t, std::filesystem::path> files;
   files.emplace(0, in_file);
   std::vector<transform_target> targets{transform_target{0, out_file}};
@@ -102,7 +112,9 @@ inline transform_job convert_job(std::string op, const std::filesystem::path& in
 /// Converts the distributed checkpoint of `src_dir` (`src_dir/rank_<r>/<last *.ckpt or
 /// *.safetensors>` for every source rank r) from the layouts of `src_strategy` to those of
 /// `dst_strategy`, writing `dst_dir/rank_<t>/<prefix><t>.ckpt` (or .safetensors, per
-/// `opts.format`) for every target rank t. Any M and N. An empty strategy path = no strategy.
+/// `opts.format`) for every target rank t. Any M and N. An empty strategy path = no strategy. A
+/// `src_dir` holding `.metadata` is a PyTorch DCP checkpoint, whose chunks are its layout (no
+/// `src_strategy`).
 /// With opts.format == checkpoint_format::hf every target rank gets a Hugging Face checkpoint
 /// directory `dst_dir/rank_<t>/<prefix><t>/` (shards of at most opts.max_shard_bytes and
 /// model.safetensors.index.json, or one model.safetensors), all committed together.
@@ -159,7 +171,9 @@ inline transform_summary load_checkpoint_by_rank(std::int64_t rank, const std::m
 }
 
 /// Merges the distributed checkpoint of `src_dir` into one checkpoint of full tensors (MindSpore's
-/// load_distributed_checkpoint + save, or merge_sliced_parameter for every parameter).
+/// load_distributed_checkpoint + save, or merge_sliced_parameter for every parameter). A
+/// `src_dir` holding `.metadata` is a PyTorch DCP checkpoint: its chunks are its layout, and
+/// `src_strategy` must be empty.
 inline transform_summary merge_checkpoints(const std::filesystem::path& src_dir, const std::filesystem::path& out_file,
                                            const std::filesystem::path& src_strategy,
                                            const transform_options& opts = {}) {
@@ -175,7 +189,8 @@ inline verify_report verify_merged_checkpoint(const std::filesystem::path& src_d
   return detail::merge_job("verify_merged_checkpoint", src_dir, out_file, src_strategy, opts).verify();
 }
 
-/// Splits the checkpoint `checkpoint` of full tensors by `dst_strategy` into
+/// Splits the checkpoint `checkpoint` of full tensors (or a PyTorch DCP checkpoint directory, read
+/// from its chunks) by `dst_strategy` into
 /// `dst_dir/rank_<t>/<prefix><t>.ckpt` (or .safetensors, per `opts.format`; hf: the Hugging Face
 /// checkpoint directories `dst_dir/rank_<t>/<prefix><t>/`, as transform_checkpoints).
 inline transform_summary split_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& dst_dir,
@@ -192,7 +207,8 @@ inline verify_report verify_split_checkpoint(const std::filesystem::path& checkp
   return detail::split_job("verify_split_checkpoint", checkpoint, dst_dir, dst_strategy, prefix, opts).verify();
 }
 
-/// Converts one checkpoint between ckpt and safetensors (by the file names), tensor for tensor.
+/// Converts one checkpoint between ckpt and safetensors (by the file names), tensor for tensor; a
+/// PyTorch DCP checkpoint directory (`in_file` holds `.metadata`) is read as its whole tensors.
 inline transform_summary convert_checkpoint(const std::filesystem::path& in_file, const std::filesystem::path& out_file,
                                             const transform_options& opts = {}) {
   return detail::convert_job("convert_checkpoint", in_file, out_file, opts).run();

@@ -36,12 +36,17 @@ inline std::vector<std::uint64_t> transform_target_bytes(const std::filesystem::
                                                          const std::filesystem::path& src_strategy,
                                                          const std::filesystem::path& dst_strategy) {
   const std::string op = "transform_checkpoints";
-  strategy_layouts src(src_strategy), dst(dst_strategy);
-  std::vector<std::string> warnings;
-  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
+  strategy_layouts dst(dst_strategy);
   std::vector<transform_target> targets;
   for (index_t t = 0; t < dst.ranks(); ++t) targets.push_back({t, {}});
-  transform_job e(std::move(src), std::move(dst), std::move(files), std::move(targets), {}, op);
+  transform_job e = is_dcp_directory(src_dir)
+                        ? detail::dcp_job(op, src_dir, src_strategy, std::move(dst), std::move(targets), {})
+                        : [&] {
+                            strategy_layouts src(src_strategy);
+                            std::vector<std::string> warnings;
+                            auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
+                            return transform_job(std::move(src), std::move(dst), std::move(files), std::move(targets), {}, op);
+                          }();
   e.preview();
   std::vector<std::uint64_t> out;
   for (const auto& t : e.plan().targets) out.push_back(totals_of(t).bytes_written);
@@ -55,9 +60,7 @@ inline transform_job transform_job_for_ranks(const std::filesystem::path& src_di
                                              const std::filesystem::path& dst_strategy,
                                              std::span<const std::int64_t> ranks, const transform_options& opts = {}) {
   const std::string op = "transform_checkpoints";
-  strategy_layouts src(src_strategy), dst(dst_strategy);
-  std::vector<std::string> warnings;
-  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
+  strategy_layouts dst(dst_strategy);
   std::set<index_t> seen, hint;
   std::vector<transform_target> targets;
   std::vector<std::int64_t> valid;
@@ -67,6 +70,11 @@ inline transform_job transform_job_for_ranks(const std::filesystem::path& src_di
     targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
     if (t >= 0 && t < dst.ranks()) valid.push_back(t);
   }
+  if (is_dcp_directory(src_dir))  // its chunks are its layout: no strategy, no shape hint
+    return detail::dcp_job(op, src_dir, src_strategy, std::move(dst), std::move(targets), opts);
+  strategy_layouts src(src_strategy);
+  std::vector<std::string> warnings;
+  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
   try {
     hint = detail::needed_sources(valid, src, dst, partition::mode::tabulated);
   } catch (const reshard::error&) {
