@@ -127,10 +127,10 @@ def main(argv):
     try:
         src = os.path.join(base, "src")
         s8, s4 = os.path.join(base, "s8.ckpt"), os.path.join(base, "s4.ckpt")
-        disk.write_strategy(s8, mods, params, 8)
-        disk.write_strategy(s4, mods, params, 4)
+        disk.write_strategy(s8, mods, params, "8")
+        disk.write_strategy(s4, mods, params, "4")
         log("generating %d bytes on %s (%s)" % (total, args.dir, fs))
-        disk.generate(src, mods, params, 8, fs != "tmpfs")
+        disk.generate(src, mods, params, "8", fs != "tmpfs")
         rng = random.Random(args.seed)
         times = {k: [] for k in ["copy"] + list(VARIANTS)}
         for run in range(args.runs):
@@ -176,7 +176,7 @@ def main(argv):
                 for name, shape in (params[0], params[-1]):
                     full = np.zeros(shape, np.float32)
                     for r in range(8):
-                        rows, cols = disk.ms_scenario.rank_box(disk.lay(8), shape, r)
+                        rows, cols = disk.ms_scenario.rank_box(disk.lay("8"), shape, r)
                         full[rows[0]:rows[1], cols[0]:cols[1]] = disk.block(disk_pid(params, name), shape,
                                                                             [rows, cols])
                     if got[name][2] != full.tobytes():

@@ -80,10 +80,10 @@ def main(argv):
         params = disk.model(size)
         src = os.path.join(work, "src")
         strategies = (os.path.join(work, "src_strategy.ckpt"), os.path.join(work, "dst_strategy.ckpt"))
-        disk.write_strategy(strategies[0], mods, params, 8)
-        disk.write_strategy(strategies[1], mods, params, 4)
+        disk.write_strategy(strategies[0], mods, params, "8")
+        disk.write_strategy(strategies[1], mods, params, "4")
         disk.log("memory.py: generating %s in %s" % (mib(size), work))
-        disk.generate(src, mods, params, 8, on_disk=not a.dir.startswith("/dev/shm"))
+        disk.generate(src, mods, params, "8", on_disk=not a.dir.startswith("/dev/shm"))
         src_bytes = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(src) for f in fs)
         if src_bytes <= 2 * min(budgets):
             failures.append("the checkpoint (%s) is not larger than twice the smallest budget" % mib(src_bytes))
