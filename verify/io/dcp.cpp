@@ -8,6 +8,7 @@
 // real archive or `.metadata` does anything but decode or throw reshard::error.
 #include <reshard/io/dcp.hpp>
 
+#include "dcp_fixtures.hpp"
 #include "io_test_util.hpp"
 #include "pickle_writer.hpp"
 
@@ -26,17 +27,8 @@ using namespace reshard_test;
 
 namespace {
 
-fs::path fixtures() {
-  const char* src = std::getenv("RESHARD_SOURCE_DIR");
-  EXPECT_TRUE(src && *src) << "RESHARD_SOURCE_DIR is not set";
-  return (src ? fs::path(src) : fs::path(".")) / "verify/data/dcp";
-}
-
-nlohmann::json expected(const std::string& name) {
-  std::ifstream in(fixtures() / (name + ".expected.json"));
-  EXPECT_TRUE(in) << name;
-  return nlohmann::json::parse(in);
-}
+fs::path fixtures() { return dcp_fixtures(); }
+nlohmann::json expected(const std::string& name) { return dcp_expected(name); }
 
 // The whole tensor, assembled from its chunks' bytes (row-major), and how often each element
 // was written.

@@ -11,6 +11,7 @@
 #include <reshard/io/plan_wire.hpp>
 #include <reshard/io/transform.hpp>
 
+#include "dcp_fixtures.hpp"
 #include "io_test_util.hpp"
 #include "pickle_writer.hpp"
 
@@ -33,17 +34,8 @@ using namespace reshard_test;
 
 namespace {
 
-fs::path fixtures() {
-  const char* src = std::getenv("RESHARD_SOURCE_DIR");
-  EXPECT_TRUE(src && *src) << "RESHARD_SOURCE_DIR is not set";
-  return (src ? fs::path(src) : fs::path(".")) / "verify/data/dcp";
-}
-
-nlohmann::json expected(const std::string& name) {
-  std::ifstream in(fixtures() / (name + ".expected.json"));
-  EXPECT_TRUE(in) << name;
-  return nlohmann::json::parse(in);
-}
+fs::path fixtures() { return dcp_fixtures(); }
+nlohmann::json expected(const std::string& name) { return dcp_expected(name); }
 
 // Every tensor of a written checkpoint (a file, or a Hugging Face directory): dtype, dims, bytes.
 struct written {
