@@ -22,8 +22,8 @@
 // and for a raw copy the stored ranges the plan names), so a plan that disagrees with its
 // sources is an error naming the file and the parameter, never wrong bytes.
 //
-// This header holds one algorithm, the chunked assembly of sliced items from their transfers in
-// both read modes, alone or in read groups, and reads best whole; it is about 550 lines.
+// The reads of a chunk round (clusters of file ranges by pread, or copies from the mappings) are in
+// chunk_reads.hpp; this header assembles items from them, target by target or in read groups.
 #pragma once
 
 #include <reshard/box.hpp>
@@ -34,6 +34,7 @@
 #include <reshard/io/cast.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/chunk_reads.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
 #include <reshard/io/memory_fit.hpp>
@@ -115,49 +116,6 @@ void for_each_chunk(const index_list& e, std::size_t elem, std::uint64_t limit, 
   }
 }
 
-// A tensor's stored pieces as one content: each piece's first content byte.
-inline void piece_starts(const tensor_ref& e, std::vector<std::uint64_t>& starts) {
-  starts.clear();
-  std::uint64_t at = 0;
-  for (auto q : e.pieces) starts.push_back(at), at += q.size();
-}
-inline std::vector<std::uint64_t> piece_starts(const tensor_ref& e) {
-  std::vector<std::uint64_t> starts;
-  piece_starts(e, starts);
-  return starts;
-}
-
-// The stored piece of a content holding byte `offset` (`starts`: each piece's first byte).
-inline std::size_t piece_of(std::span<const std::uint64_t> starts, std::uint64_t offset) {
-  return static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), offset) - starts.begin()) - 1;
-}
-
-// Calls f(span) for the stored bytes of [offset, offset + len) of a content split into
-// `pieces`, in order (one span per piece the range meets).
-template <class F>
-void for_each_stored(std::span<const std::span<const std::byte>> pieces, std::span<const std::uint64_t> starts,
-                     std::uint64_t offset, std::uint64_t len, F&& f) {
-  std::size_t k = piece_of(starts, offset);
-  while (len > 0) {
-    const std::uint64_t in = offset - starts[k];
-    const std::uint64_t n = std::min<std::uint64_t>(len, pieces[k].size() - in);
-    f(pieces[k].subspan(static_cast<std::size_t>(in), static_cast<std::size_t>(n)));
-    offset += n;
-    len -= n;
-    ++k;
-  }
-}
-
-// Copies `len` bytes at `offset` of a content split into `pieces` into `out`.
-inline void copy_from_pieces(std::span<const std::span<const std::byte>> pieces,
-                             std::span<const std::uint64_t> starts, std::uint64_t offset, std::byte* out,
-                             std::uint64_t len) {
-  for_each_stored(pieces, starts, offset, len, [&](std::span<const std::byte> b) {
-    std::memcpy(out, b.data(), b.size());
-    out += b.size();
-  });
-}
-
 }  // namespace detail
 
 /// The targets of `plan` in read groups, for plan_executor::run_targets: runs of consecutive
@@ -225,7 +183,7 @@ class plan_executor {
     RESHARD_EXPECTS(!group.empty() && group.size() == outs.size(), "plan_executor: one sink per target of a group");
     std::vector<transform_summary> s(group.size());
     std::vector<member> m(group.size());
-    round_jobs r;  // reused by every chunk round of the group
+    detail::chunk_round r;  // reused by every chunk round of the group
     r.threads = std::max(threads, 1u);
     std::size_t rounds = 0;
     for (std::size_t g = 0; g < group.size(); ++g) rounds = std::max(rounds, plan_.targets.at(group[g]).items.size());
@@ -376,20 +334,12 @@ class plan_executor {
     for (auto p : e.pieces) budget_.touched(it.source_rank, p);
   }
 
-  // One transfer's source: its rank, its tensor in the rank's file, the box that file holds, and
-  // the first content byte of each stored piece.
-  struct src_view {
-    index_t rank = 0;
-    const tensor_ref* e = nullptr;
-    const box* held = nullptr;
-    std::vector<std::uint64_t> starts;
-  };
   // One target of a group being executed (run_targets): its buffers, kept from item to item so
   // that a target's items allocate once, not once each, and the sliced item of the round.
   struct member {
     std::vector<std::byte> buffer;  // a chunk assembled (or cast) when the sink takes no direct writes
     std::vector<std::byte> staged;  // with a cast: the chunk in the source's dtype
-    std::vector<src_view> views;    // per transfer (the first transfers.size() are the item's)
+    std::vector<detail::src_view> views;    // per transfer (the first transfers.size() are the item's)
     std::vector<std::uint64_t> from;  // bytes read per transfer
     std::vector<box> chunks;        // the item's chunks, in target coordinates, in order
     std::size_t files = 0;          // the files opened
@@ -397,35 +347,11 @@ class plan_executor {
     std::byte* to = nullptr;        // the current chunk's destination
     std::uint64_t bytes = 0, out_bytes = 0;  // the current chunk in the source's and the output's dtype
   };
-  // The copy jobs of a chunk round, all members' (convert.hpp's copy jobs: from the sources'
-  // mappings into the members' chunks), and what reading them needs.
-  struct round_jobs {
-    std::vector<reshard::detail::copy_job> jobs;
-    std::vector<const src_view*> view;  // the source of each job
-    std::vector<std::size_t> owner;     // the member of each job
-    struct file_range {
-      index_t rank;
-      std::uint64_t lo, hi, need;  // the job's bytes in its file: [lo, hi), need of them copied
-      std::size_t job;
-    };
-    std::vector<file_range> ranges;
-    std::vector<std::byte> range;  // pread: the clusters of ranges read at once, one after another
-    unsigned threads = 1;          // sharing the round's reads, copies and writes
-    struct cluster {  // ranges [first, end) of `ranges`, of one file, read as [lo, hi) (dense) into `range` at `at`
-      std::size_t first, end;
-      std::uint64_t lo, hi;
-      bool dense;
-      std::size_t at;
-    };
-    std::vector<cluster> clusters;
-    std::vector<std::pair<std::size_t, std::uint64_t>> pieces;  // a batch's reads: (cluster, offset in it)
-  };
-
   // The sliced items of the members `who` (m[g].it, one each, the same round), assembled chunk
   // by chunk: chunk c of every one of them, then chunk c + 1. A member's chunks are at most its
   // share of the buffer (buffer_bytes / members), so that the group holds what one target did.
   void assemble(std::span<member> m, std::span<tensor_sink* const> outs, std::span<const std::size_t> who,
-                round_jobs& r, std::span<transform_summary> s) {
+                detail::chunk_round& r, std::span<transform_summary> s) {
     std::size_t rounds = 0;
     for (std::size_t g : who) {
       start_item(m[g], *outs[g], m.size());
@@ -438,9 +364,12 @@ class plan_executor {
       for (std::size_t g : who)
         if (c < m[g].chunks.size()) add_chunk_jobs(m[g], g, *outs[g], m[g].chunks[c], r, s[g]);
       if (reads_ == read_mode::pread) {
-        read_jobs(r, [&](std::size_t job, std::uint64_t bytes) { s[r.owner[job]].file_bytes_read += bytes; });
+        detail::read_jobs(
+            r, [&](index_t rank) -> const checkpoint_reader& { return source(rank); }, exec_.buffer_bytes,
+            [&](std::size_t job, std::uint64_t bytes) { s[r.owner[job]].file_bytes_read += bytes; });
       } else {
-        copy_mapped(r);
+        detail::copy_mapped(r);
+        for (const auto& [rank, range] : r.touched) budget_.touched(rank, range);
         for (std::size_t k = 0; k < r.jobs.size(); ++k) {
           const auto n = static_cast<std::uint64_t>(r.jobs[k].outer) * r.jobs[k].run;
           s[r.owner[k]].file_bytes_read += n;
@@ -484,7 +413,7 @@ class plan_executor {
         report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's transfer " + to_string(t.where) +
                      " from source rank " + std::to_string(t.rank) + " is not inside both the box it holds, " +
                      to_string(*held) + ", and the target box " + to_string(tb));
-      src_view& v = x.views[k];
+      detail::src_view& v = x.views[k];
       v.rank = t.rank;
       v.e = &e;
       v.held = held;
@@ -505,7 +434,7 @@ class plan_executor {
   // source's mapping (offsets from the content's first stored piece; the others follow it) to the
   // chunk's place: the target's memory, the buffer, or with a cast `staged` in the source's dtype
   // (cast as a whole by emit(), while it is in the cache: one kernel call a chunk, not one a run).
-  void add_chunk_jobs(member& x, std::size_t g, tensor_sink& out, const box& c, round_jobs& r, transform_summary& s) {
+  void add_chunk_jobs(member& x, std::size_t g, tensor_sink& out, const box& c, detail::chunk_round& r, transform_summary& s) {
     const plan_item& it = *x.it;
     const std::size_t elem = element_size(it.from);
     x.bytes = static_cast<std::uint64_t>(volume(c)) * elem;
@@ -520,7 +449,7 @@ class plan_executor {
     for (std::size_t k = 0; k < it.transfers.size(); ++k) {
       const box in = intersect(it.transfers[k].where, c);
       if (volume(in) == 0) continue;
-      const src_view& v = x.views[k];
+      const detail::src_view& v = x.views[k];
       r.jobs.push_back(reshard::detail::make_copy_job(v.e->pieces.front().data(), *v.held, x.to, c, in, elem));
       r.view.push_back(&v);
       r.owner.push_back(g);
@@ -539,151 +468,6 @@ class plan_executor {
     const std::span<std::byte> cast_chunk(o, static_cast<std::size_t>(x.out_bytes));
     cast_elements(std::span<const std::byte>(x.to, static_cast<std::size_t>(x.bytes)), it.from, cast_chunk, it.to);
     out.append(cast_chunk);
-  }
-
-  // read_mode::mmap: the jobs gather the chunks, read in place from the mappings, whose pages the
-  // page budget then releases.
-  void copy_mapped(round_jobs& r) {
-    std::vector<std::pair<index_t, std::span<const std::byte>>> touched;
-    std::size_t kept = 0;
-    for (std::size_t k = 0; k < r.jobs.size(); ++k) {
-      auto& j = r.jobs[k];
-      const src_view& v = *r.view[k];
-      const std::byte* base = v.e->pieces.front().data();
-      touched.emplace_back(v.rank, std::span<const std::byte>(j.src, reshard::detail::source_span(j)));
-      const auto lo = static_cast<std::uint64_t>(j.src - base), hi = lo + reshard::detail::source_span(j);
-      const std::size_t first = detail::piece_of(v.starts, lo);
-      if (hi <= v.starts[first] + v.e->pieces[first].size()) {  // inside one stored piece
-        j.src = v.e->pieces[first].data() + (lo - v.starts[first]);
-        if (kept != k) r.jobs[kept] = std::move(j);
-        ++kept;
-      } else {  // across stored pieces: each run resolved through them
-        reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-          detail::copy_from_pieces(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), dst, n);
-        });
-      }
-    }
-    r.jobs.resize(kept);
-    reshard::detail::run_jobs(r.jobs, r.threads);
-    for (const auto& [rank, range] : touched) budget_.touched(rank, range);
-  }
-
-  // read_mode::pread: does the round's copy jobs with pread(2). Each job needs a range of its
-  // source file; the ranges of one file that overlap or touch form a cluster, read at once into
-  // r.range when it spans at most 4 times the bytes its jobs copy (or 64 KiB), each job then
-  // copied from there: one system call per cluster, which measured faster than one per run even
-  // for 16 KiB runs (docs/benchmarks.md), and one read for all the targets of a group that need
-  // the same rows. A sparser cluster's jobs are read run by run, each run into its place.
-  // charge(job, bytes) is told the bytes each read took, once (a cluster's by its first job).
-  template <class Charge>
-  void read_jobs(round_jobs& r, Charge&& charge) {
-    r.ranges.clear();
-    for (std::size_t k = 0; k < r.jobs.size(); ++k) {
-      const auto& j = r.jobs[k];
-      const std::uint64_t span = reshard::detail::source_span(j);
-      if (span == 0) continue;
-      const src_view& v = *r.view[k];
-      const checkpoint_reader& rd = source(v.rank);
-      const std::uint64_t lo = static_cast<std::uint64_t>(j.src - v.e->pieces.front().data());
-      const auto file_offset = [&](std::uint64_t off) {  // of content byte `off`
-        const std::size_t p = detail::piece_of(v.starts, off);
-        return rd.offset_of(v.e->pieces[p].data() + (off - v.starts[p]));
-      };
-      r.ranges.push_back({v.rank, file_offset(lo), file_offset(lo + span - 1) + 1,
-                          static_cast<std::uint64_t>(j.outer) * j.run, k});
-    }
-    std::sort(r.ranges.begin(), r.ranges.end(), [](const auto& a, const auto& b) {
-      return a.rank != b.rank ? a.rank < b.rank : a.lo < b.lo;
-    });
-    // the clusters: [first, end) of r.ranges, read and copied in batches (dense ones into r.range,
-    // at `at`): one cluster at a time on one thread, as the memory budget assumes; with more
-    // threads, clusters up to 4 buffers at once, their reads cut in pieces of at least 1 MiB and
-    // their jobs shared by the threads
-    using cluster = round_jobs::cluster;
-    std::vector<cluster>& cs = r.clusters;
-    const std::uint64_t batch = r.threads > 1 ? 4 * exec_.buffer_bytes : 0;
-    std::size_t bytes = 0;
-    cs.clear();
-    const auto run_batch = [&] {
-      r.range.resize(bytes);
-      auto& pieces = r.pieces;
-      pieces.clear();
-      const std::uint64_t piece = std::max<std::uint64_t>(std::uint64_t{1} << 20, bytes / r.threads + 1);
-      for (std::size_t k = 0; k < cs.size(); ++k)
-        if (cs[k].dense)
-          for (std::uint64_t off = 0; off < cs[k].hi - cs[k].lo; off += piece) pieces.emplace_back(k, off);
-      reshard::parallel_for(pieces.size(), r.threads, [&](std::size_t p) {
-        const cluster& c = cs[pieces[p].first];
-        const std::uint64_t off = pieces[p].second, n = std::min(piece, c.hi - c.lo - off);
-        source(r.ranges[c.first].rank)
-            .pread_into(std::span<std::byte>(r.range.data() + c.at + off, static_cast<std::size_t>(n)), c.lo + off);
-      });
-      const std::size_t from = cs.front().first, to = cs.back().end;
-      reshard::parallel_for(to - from, r.threads, [&](std::size_t i) {
-        const std::size_t q = from + i;
-        const auto c = std::upper_bound(cs.begin(), cs.end(), q, [](std::size_t v, const cluster& x) { return v < x.first; }) - 1;
-        const checkpoint_reader& rd = source(r.ranges[q].rank);
-        if (c->dense) {
-          copy_from_range(r, r.ranges[q], rd, c->lo, r.range.data() + c->at);
-        } else {
-          read_runs(r.jobs[r.ranges[q].job], *r.view[r.ranges[q].job], rd);
-        }
-      });
-      cs.clear();
-      bytes = 0;
-    };
-    for (std::size_t i = 0; i < r.ranges.size();) {
-      std::uint64_t hi = r.ranges[i].hi, need = r.ranges[i].need;
-      std::size_t e = i + 1;
-      for (; e < r.ranges.size() && r.ranges[e].rank == r.ranges[i].rank && r.ranges[e].lo <= hi; ++e) {
-        hi = std::max(hi, r.ranges[e].hi);
-        need += r.ranges[e].need;
-      }
-      const std::uint64_t lo = r.ranges[i].lo;
-      const bool dense = hi - lo <= std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10);
-      if (!cs.empty() && bytes + (dense ? hi - lo : 0) > batch) run_batch();
-      cs.push_back({i, e, lo, hi, dense, bytes});
-      if (dense) {
-        bytes += static_cast<std::size_t>(hi - lo);
-        charge(r.ranges[i].job, hi - lo);
-      } else {
-        for (std::size_t q = i; q < e; ++q) charge(r.ranges[q].job, r.ranges[q].need);
-      }
-      i = e;
-    }
-    if (!cs.empty()) run_batch();
-  }
-
-  // A sparse job read run by run with pread(2), each run into its place.
-  static void read_runs(const reshard::detail::copy_job& j, const src_view& v, const checkpoint_reader& rd) {
-    const std::byte* base = v.e->pieces.front().data();  // content offsets are from here
-    reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-      detail::for_each_stored(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), n,
-                              [&](std::span<const std::byte> b) {
-                                rd.pread_into(std::span<std::byte>(dst, b.size()), rd.offset_of(b.data()));
-                                dst += b.size();
-                              });
-    });
-  }
-
-  // The job of file range `f` copied from `range`, which holds the file's bytes from `lo`.
-  static void copy_from_range(round_jobs& r, const round_jobs::file_range& f, const checkpoint_reader& rd,
-                              std::uint64_t lo, const std::byte* range) {
-    auto& j = r.jobs[f.job];
-    const src_view& v = *r.view[f.job];
-    const std::byte* base = v.e->pieces.front().data();
-    if (f.hi - f.lo == reshard::detail::source_span(j)) {  // inside one stored piece: runs from the copy
-      j.src = range + (f.lo - lo);
-      reshard::detail::for_each_run(j, [](const std::byte* src, std::byte* dst, std::size_t n) { std::memcpy(dst, src, n); });
-      return;
-    }
-    reshard::detail::for_each_run(j, [&](const std::byte* src, std::byte* dst, std::size_t n) {
-      detail::for_each_stored(v.e->pieces, v.starts, static_cast<std::uint64_t>(src - base), n,
-                              [&](std::span<const std::byte> b) {
-                                std::memcpy(dst, range + (rd.offset_of(b.data()) - lo), b.size());
-                                dst += b.size();
-                              });
-    });
   }
 
   const checkpoint_plan& plan_;
