@@ -27,8 +27,6 @@ using namespace reshard_test;
 
 namespace {
 
-fs::path fixtures() { return dcp_fixtures(); }
-nlohmann::json expected(const std::string& name) { return dcp_expected(name); }
 
 // The whole tensor, assembled from its chunks' bytes (row-major), and how often each element
 // was written.
@@ -61,8 +59,8 @@ assembled assemble(dcp_checkpoint& c, const dcp_tensor& t) {
 
 void expect_fixture(const std::string& name) {
   SCOPED_TRACE(name);
-  const auto exp = expected(name);
-  dcp_checkpoint c(fixtures() / name);
+  const auto exp = dcp_expected(name);
+  dcp_checkpoint c(dcp_fixtures() / name);
   const auto& md = c.metadata();
   EXPECT_EQ(md.layout, dcp_layout::torch_1_13);
   ASSERT_EQ(md.tensors.size(), exp["tensors"].size());
@@ -95,7 +93,7 @@ TEST(dcp, torch_113_sharded_rows_uneven_and_replicated) { expect_fixture("rows")
 TEST(dcp, torch_113_sharded_columns_and_bfloat16) { expect_fixture("cols"); }
 TEST(dcp, torch_113_uneven_grid_on_4_processes) {
   expect_fixture("grid");
-  const auto md = read_dcp_metadata(fixtures() / "grid");
+  const auto md = read_dcp_metadata(dcp_fixtures() / "grid");
   ASSERT_TRUE(md.find("g") && md.find("i"));
   EXPECT_EQ(md.find("g")->chunks.at(3), (dcp_chunk{{3, 4}, {1, 2}, {"__3_0.distcp", 0, 747}}));
   EXPECT_EQ(md.find("i")->chunks.size(), 3u);  // the fourth rank's shard of 0 rows is not saved
@@ -103,7 +101,7 @@ TEST(dcp, torch_113_uneven_grid_on_4_processes) {
 
 // docs/formats.md#golden-bytes shows the files of the minimal fixture in hex: they must be those
 TEST(dcp, golden_bytes_of_the_docs_are_the_fixture) {
-  std::ifstream in(fixtures() / "../../../docs/formats.md");
+  std::ifstream in(dcp_fixtures() / "../../../docs/formats.md");
   ASSERT_TRUE(in);
   const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (const std::string file : {"minimal/.metadata", "minimal/__0_0.distcp"}) {
@@ -113,12 +111,12 @@ TEST(dcp, golden_bytes_of_the_docs_are_the_fixture) {
     std::string hex;
     for (auto i = begin; i < doc.size() && doc.compare(i, 3, "```") != 0; ++i)
       if (doc[i] != '\n') hex += doc[i];
-    EXPECT_EQ(hex, to_hex(read_bytes(fixtures() / file))) << file;
+    EXPECT_EQ(hex, to_hex(read_bytes(dcp_fixtures() / file))) << file;
   }
 }
 
 TEST(dcp, fixture_metadata_as_torch_wrote_it) {
-  const auto md = read_dcp_metadata(fixtures() / "rows");
+  const auto md = read_dcp_metadata(dcp_fixtures() / "rows");
   const auto* w = md.find("w");
   ASSERT_TRUE(w);
   EXPECT_EQ(w->type, dtype::float32);
@@ -129,7 +127,7 @@ TEST(dcp, fixture_metadata_as_torch_wrote_it) {
   ASSERT_TRUE(r);
   ASSERT_EQ(r->chunks.size(), 1u);  // saved once, by the coordinator
   EXPECT_EQ(r->chunks[0].storage, (dcp_storage{"__0_0.distcp", 747, 747}));  // the second item of rank 0's file
-  const auto plain = read_dcp_metadata(fixtures() / "plain");
+  const auto plain = read_dcp_metadata(dcp_fixtures() / "plain");
   ASSERT_TRUE(plain.find("scale"));
   EXPECT_TRUE(plain.find("scale")->size.empty());  // 0-d
   EXPECT_EQ(plain.find("scale")->chunks.at(0).sizes, std::vector<std::int64_t>{});
@@ -140,7 +138,7 @@ TEST(dcp, fixture_metadata_as_torch_wrote_it) {
 // ---- torch_archive ------------------------------------------------------------------------
 
 TEST(torch_archive, entries_of_a_real_archive) {
-  const auto bytes = read_bytes(fixtures() / "plain/__0_0.distcp");
+  const auto bytes = read_bytes(dcp_fixtures() / "plain/__0_0.distcp");
   const torch_archive a(bytes, "w.distcp");
   EXPECT_EQ(a.prefix(), "archive");
   ASSERT_EQ(a.entries().size(), 3u);
@@ -159,7 +157,7 @@ TEST(torch_archive, entries_of_a_real_archive) {
 }
 
 namespace {
-std::vector<std::byte> archive_bytes(const char* file) { return read_bytes(fixtures() / file); }
+std::vector<std::byte> archive_bytes(const char* file) { return read_bytes(dcp_fixtures() / file); }
 // the offset of the central directory entry named `name`
 std::size_t central_entry(const std::vector<std::byte>& b, std::string_view name) {
   for (std::size_t i = 0; i + 46 < b.size(); ++i)
@@ -363,7 +361,7 @@ TEST(dcp, a_global_outside_the_allow_list_is_refused_by_name) {
   EXPECT_NE(meta_error(two_tensors, o).find("x/.metadata: pickle: global torch.distributed.checkpoint.metadata.Evil is not allowed"),
             std::string::npos);
   // the real torch file, one class name changed (same length)
-  auto bytes = read_bytes(fixtures() / "plain/.metadata");
+  auto bytes = read_bytes(dcp_fixtures() / "plain/.metadata");
   const auto hex = to_hex(bytes);
   const auto at = hex.find(to_hex(as_bytes("TensorStorageMetadata")));
   ASSERT_NE(at, std::string::npos);
@@ -436,7 +434,7 @@ TEST(dcp, work_is_bounded_by_the_input) {
 }
 
 TEST(dcp, every_truncation_of_a_real_metadata_is_refused) {
-  const auto bytes = read_bytes(fixtures() / "cols/.metadata");
+  const auto bytes = read_bytes(dcp_fixtures() / "cols/.metadata");
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     const std::vector<std::byte> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
     EXPECT_FALSE(error_of([&] { parse_dcp_metadata(cut, "m"); }).empty()) << n;
@@ -445,7 +443,7 @@ TEST(dcp, every_truncation_of_a_real_metadata_is_refused) {
 }
 
 RC_GTEST_PROP(dcp, metadata_byte_flips_decode_or_throw_reshard_error, ()) {
-  auto bytes = read_bytes(fixtures() / "rows/.metadata");
+  auto bytes = read_bytes(dcp_fixtures() / "rows/.metadata");
   const auto at = *rc::gen::inRange<std::size_t>(0, bytes.size());
   bytes[at] ^= static_cast<std::byte>(*rc::gen::inRange(1, 256));
   try {
@@ -461,7 +459,7 @@ RC_GTEST_PROP(dcp, metadata_byte_flips_decode_or_throw_reshard_error, ()) {
 
 TEST(dcp, a_chunk_whose_archive_disagrees_with_the_metadata_is_refused) {
   const temp_dir dir;
-  fs::copy_file(fixtures() / "plain/__0_0.distcp", dir / "__0_0.distcp");  // float32 [3,4]
+  fs::copy_file(dcp_fixtures() / "plain/__0_0.distcp", dir / "__0_0.distcp");  // float32 [3,4]
   const std::vector<meta_tensor> wrong_dtype{{"w", "bfloat16", {3, 4}, {{{0, 0}, {3, 4}, "__0_0.distcp", 0, 747}}}};
   write_bytes(dir / ".metadata", dcp_metadata_pickle(wrong_dtype));
   dcp_checkpoint c(dir.path());

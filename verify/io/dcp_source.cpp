@@ -34,8 +34,6 @@ using namespace reshard_test;
 
 namespace {
 
-fs::path fixtures() { return dcp_fixtures(); }
-nlohmann::json expected(const std::string& name) { return dcp_expected(name); }
 
 // Every tensor of a written checkpoint (a file, or a Hugging Face directory): dtype, dims, bytes.
 struct written {
@@ -63,8 +61,8 @@ transform_options quiet() {
 // The fixture merged into `out` holds exactly torch's tensors, each equal to what torch loaded.
 void expect_merged(const std::string& name, const fs::path& out, const transform_options& opts) {
   SCOPED_TRACE(name + " -> " + out.filename().string());
-  const auto exp = expected(name);
-  const auto s = merge_checkpoints(fixtures() / name, out, {}, opts);
+  const auto exp = dcp_expected(name);
+  const auto s = merge_checkpoints(dcp_fixtures() / name, out, {}, opts);
   const auto got = read_all(out);
   ASSERT_EQ(got.size(), exp["tensors"].size());
   for (const auto& [fqn, e] : exp["tensors"].items()) {
@@ -108,9 +106,9 @@ TEST(dcp_source, every_fixture_merges_to_what_torch_loaded_in_every_format) {
 
 TEST(dcp_source, convert_reads_a_dcp_directory_as_its_whole_tensors) {
   temp_dir d;
-  convert_checkpoint(fixtures() / "grid", d / "g.safetensors", quiet());
+  convert_checkpoint(dcp_fixtures() / "grid", d / "g.safetensors", quiet());
   const auto got = read_all(d / "g.safetensors");
-  const auto exp = expected("grid");
+  const auto exp = dcp_expected("grid");
   ASSERT_EQ(got.size(), 2u);
   for (const auto& [fqn, e] : exp["tensors"].items()) EXPECT_EQ(got.at(fqn).hex, e["hex"].get<std::string>()) << fqn;
 }
@@ -119,7 +117,7 @@ TEST(dcp_source, the_plan_reads_each_chunk_once_and_its_preview_writes_nothing) 
   temp_dir d;
   auto o = quiet();
   o.dry_run = true;
-  const auto s = merge_checkpoints(fixtures() / "grid", d / "g.safetensors", {}, o);
+  const auto s = merge_checkpoints(dcp_fixtures() / "grid", d / "g.safetensors", {}, o);
   EXPECT_FALSE(fs::exists(d / "g.safetensors"));
   ASSERT_TRUE(s.plan);
   const checkpoint_plan& p = *s.plan;
@@ -150,9 +148,9 @@ TEST(dcp_source, casts_selections_and_renames_go_through_the_same_plan) {
   o.casts.all = dtype::float16;
   o.names.exclude = {"steps"};
   o.names.rename_exact = {{"w", "layer.weight"}};
-  const auto s = merge_checkpoints(fixtures() / "plain", d / "p.safetensors", {}, o);
+  const auto s = merge_checkpoints(dcp_fixtures() / "plain", d / "p.safetensors", {}, o);
   const auto got = read_all(d / "p.safetensors");
-  const auto exp = expected("plain");
+  const auto exp = dcp_expected("plain");
   EXPECT_FALSE(got.count("steps"));
   EXPECT_FALSE(got.count("w"));
   ASSERT_TRUE(got.count("layer.weight"));
@@ -170,7 +168,7 @@ TEST(dcp_source, casts_selections_and_renames_go_through_the_same_plan) {
 TEST(dcp_source, a_source_strategy_is_refused_naming_it) {
   temp_dir d;
   write_text(d / "s.json", "{}");
-  EXPECT_TRUE(throws_error([&] { merge_checkpoints(fixtures() / "rows", d / "o.ckpt", d / "s.json", quiet()); },
+  EXPECT_TRUE(throws_error([&] { merge_checkpoints(dcp_fixtures() / "rows", d / "o.ckpt", d / "s.json", quiet()); },
                            {"merge_checkpoints: ", "rows is a PyTorch DCP checkpoint", "give no source strategy", "s.json"}));
   EXPECT_FALSE(fs::exists(d / "o.ckpt"));
 }
@@ -199,9 +197,9 @@ void make_flat(const fs::path& dir, const std::vector<placed>& chunks, const std
   std::map<std::string, std::vector<std::byte>> files;
   meta_tensor t{"flat", "float32", size, {}};
   for (const auto& c : chunks) {
-    const auto md = read_dcp_metadata(fixtures() / c.from_dir);
+    const auto md = read_dcp_metadata(dcp_fixtures() / c.from_dir);
     const auto& ch = md.find(c.fqn)->chunks.at(c.chunk);
-    const auto src = read_bytes(fixtures() / c.from_dir / ch.storage.relative_path);
+    const auto src = read_bytes(dcp_fixtures() / c.from_dir / ch.storage.relative_path);
     auto& f = files[c.file];
     const auto at = static_cast<std::int64_t>(f.size());
     f.insert(f.end(), src.begin() + static_cast<std::ptrdiff_t>(ch.storage.offset),
@@ -217,9 +215,9 @@ void make_flat(const fs::path& dir, const std::vector<placed>& chunks, const std
 
 // torch's values of "flat", from the fixtures' expected values
 std::vector<float> flat_expected() {
-  const auto rows = from_hex(expected("rows")["tensors"]["w"]["hex"].get<std::string>());  // [5,3]
-  const auto cols = from_hex(expected("cols")["tensors"]["w"]["hex"].get<std::string>());  // [3,4]
-  const auto grid = from_hex(expected("grid")["tensors"]["g"]["hex"].get<std::string>());  // [4,6]
+  const auto rows = from_hex(dcp_expected("rows")["tensors"]["w"]["hex"].get<std::string>());  // [5,3]
+  const auto cols = from_hex(dcp_expected("cols")["tensors"]["w"]["hex"].get<std::string>());  // [3,4]
+  const auto grid = from_hex(dcp_expected("grid")["tensors"]["g"]["hex"].get<std::string>());  // [4,6]
   const auto f = [](const std::vector<std::byte>& b, std::size_t i) {
     float v;
     std::memcpy(&v, b.data() + 4 * i, 4);
@@ -319,8 +317,8 @@ TEST(dcp_source, transform_writes_mindspore_ranks_by_a_target_strategy) {
   st.layouts.push_back({"w", param_layout{.dev_matrix = {4}, .tensor_map = {{-1}, {0}}}});
   st.layouts.push_back({"h", param_layout{.dev_matrix = {4}, .tensor_map = {{-1}, {-1}}}});
   write_strategy(d / "dst.ckpt", st);
-  const auto s = transform_checkpoints(fixtures() / "cols", d / "out", "checkpoint_", {}, d / "dst.ckpt", quiet());
-  const auto exp = expected("cols");
+  const auto s = transform_checkpoints(dcp_fixtures() / "cols", d / "out", "checkpoint_", {}, d / "dst.ckpt", quiet());
+  const auto exp = dcp_expected("cols");
   const auto w = from_hex(exp["tensors"]["w"]["hex"].get<std::string>());
   for (index_t t = 0; t < 4; ++t) {
     SCOPED_TRACE(t);
@@ -332,7 +330,7 @@ TEST(dcp_source, transform_writes_mindspore_ranks_by_a_target_strategy) {
     EXPECT_EQ(got.at("h").hex, exp["tensors"]["h"]["hex"].get<std::string>());
   }
   // the outputs check against the source, and a wrong byte is found
-  EXPECT_TRUE(verify_checkpoints(fixtures() / "cols", d / "out", "checkpoint_", {}, d / "dst.ckpt", quiet()).ok());
+  EXPECT_TRUE(verify_checkpoints(dcp_fixtures() / "cols", d / "out", "checkpoint_", {}, d / "dst.ckpt", quiet()).ok());
   {
     const auto f1 = rank_checkpoint_path(d / "out", "checkpoint_", 1, checkpoint_format::ckpt);
     auto bytes = read_bytes(f1);
@@ -342,17 +340,17 @@ TEST(dcp_source, transform_writes_mindspore_ranks_by_a_target_strategy) {
     *at ^= std::byte{1};
     fs::remove(f1);
     write_bytes(f1, bytes);
-    const auto r = verify_checkpoints(fixtures() / "cols", d / "out", "checkpoint_", {}, d / "dst.ckpt", quiet());
+    const auto r = verify_checkpoints(dcp_fixtures() / "cols", d / "out", "checkpoint_", {}, d / "dst.ckpt", quiet());
     ASSERT_EQ(r.mismatches.size(), 1u);
     EXPECT_EQ(r.mismatches[0].parameter, "w");
   }
   // the share of a worker (work_split, MPI's processes) writes the same bytes
   temp_dir e;
   const std::vector<std::int64_t> two{2};
-  transform_checkpoints_for_ranks(fixtures() / "cols", e.path(), "checkpoint_", {}, d / "dst.ckpt", two, quiet());
+  transform_checkpoints_for_ranks(dcp_fixtures() / "cols", e.path(), "checkpoint_", {}, d / "dst.ckpt", two, quiet());
   EXPECT_EQ(read_bytes(rank_checkpoint_path(e.path(), "checkpoint_", 2, checkpoint_format::ckpt)),
             read_bytes(rank_checkpoint_path(d / "out", "checkpoint_", 2, checkpoint_format::ckpt)));
-  const auto sizes = transform_target_bytes(fixtures() / "cols", {}, d / "dst.ckpt");
+  const auto sizes = transform_target_bytes(dcp_fixtures() / "cols", {}, d / "dst.ckpt");
   EXPECT_EQ(sizes, (std::vector<std::uint64_t>(4, 3 * 4 + 2 * 2 * 2)));
   EXPECT_GE(s.sliced, 8u);
 }

@@ -301,6 +301,16 @@ plan_sources open_sources(const checkpoint_plan& pl, std::map<index_t, std::uniq
   return sources;
 }
 
+// A scenario's sources written and dry-run: the plan, and its source files opened.
+struct planned {
+  reshard_test::temp_dir dir;
+  transform_summary dry;
+  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
+  plan_sources sources;
+  explicit planned(const scenario& s) : dry(dry_run_of(dir, s)), sources(open_sources(*dry.plan, readers)) {}
+  const checkpoint_plan& plan() const { return *dry.plan; }
+};
+
 // Does target t get parameter p (its stage lists it, or the target strategy does not)?
 bool gets(const scenario& s, const param& p, index_t t) {
   return !p.dst || t / s.dst.stage_ranks() == p.dst->first;
@@ -753,11 +763,9 @@ RC_GTEST_PROP(engine_plans, a_tampered_plan_is_refused, ()) {
 // the chunk buffer; and what it reads is what the sinks receive.
 RC_GTEST_PROP(engine_plans, the_executor_reads_the_plans_bytes_from_each_file, ()) {
   const scenario s = gen_scenario();
-  reshard_test::temp_dir dir;
-  const transform_summary dry = dry_run_of(dir, s);
-  const checkpoint_plan& pl = *dry.plan;
-  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
-  const plan_sources sources = open_sources(pl, readers);
+  const planned run_of(s);
+  const checkpoint_plan& pl = run_of.plan();
+  const plan_sources& sources = run_of.sources;
   const std::uint64_t buffer = *rc::gen::elementOf(std::vector<std::uint64_t>{64, 4096, 4 << 20});
   plan_executor run(pl, sources, {1, buffer}, *rc::gen::element(read_mode::mmap, read_mode::pread), "test");
   std::vector<std::vector<std::byte>> memory;
@@ -829,11 +837,9 @@ std::vector<index_t> ranks_read(const plan_target& t) {
 // exactly the bytes needed from the mappings, and alone a target reads at least what it needs.
 RC_GTEST_PROP(engine_plans, read_groups_write_what_targets_alone_write, ()) {
   const scenario s = gen_scenario();
-  reshard_test::temp_dir dir;
-  const transform_summary dry = dry_run_of(dir, s);
-  const checkpoint_plan& pl = *dry.plan;
-  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
-  const plan_sources sources = open_sources(pl, readers);
+  const planned run_of(s);
+  const checkpoint_plan& pl = run_of.plan();
+  const plan_sources& sources = run_of.sources;
   const std::size_t most = *rc::gen::inRange<std::size_t>(1, 9);
   const auto groups = read_groups(pl, most);
   std::size_t next = 0;
@@ -886,13 +892,12 @@ TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
   d.tensor_map = {{1}, {0}};
   p.dst = {0, d};
   s.params.push_back(p);
-  reshard_test::temp_dir dir;
-  const transform_summary dry = dry_run_of(dir, s);
-  const checkpoint_plan& pl = *dry.plan;
+  const planned run_of(s);
+  const checkpoint_plan& pl = run_of.plan();
+  const plan_sources& sources = run_of.sources;
+  const reshard_test::temp_dir& dir = run_of.dir;
   const auto groups = read_groups(pl, 8);
   ASSERT_EQ(groups, (std::vector<std::vector<std::size_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
-  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers;
-  const plan_sources sources = open_sources(pl, readers);
   std::vector<std::vector<std::size_t>> alone;
   for (std::size_t i = 0; i < pl.targets.size(); ++i) alone.push_back({i});
   std::uint64_t file_alone = 0, file_grouped = 0, need_alone = 0, need_grouped = 0;
