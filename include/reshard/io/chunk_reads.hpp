@@ -167,7 +167,7 @@ inline void copy_from_range(chunk_round& r, const chunk_round::file_range& f, co
 // for 16 KiB runs (docs/benchmarks.md), and one read for all the targets of a group that need
 // the same rows. A sparser cluster's jobs are read run by run, each run into its place.
 // source(rank) is the rank's reader; `buffer` the job's chunk buffer (with more than one thread
-// clusters are read up to 4 buffers at once); charge(job, bytes) is told the bytes each read
+// clusters are read up to one buffer at once, beside the group's chunks and writers); charge(job, bytes) is told the bytes each read
 // took, once (a cluster's by its first job).
 template <class Source, class Charge>
 void read_jobs(chunk_round& r, Source&& source, std::uint64_t buffer, Charge&& charge) {
@@ -191,11 +191,11 @@ void read_jobs(chunk_round& r, Source&& source, std::uint64_t buffer, Charge&& c
   });
   // the clusters: [first, end) of r.ranges, read and copied in batches (dense ones into r.range,
   // at `at`): one cluster at a time on one thread, as the memory budget assumes; with more
-  // threads, clusters up to 4 buffers at once, their reads cut in pieces of at least 1 MiB and
+  // threads, clusters up to one buffer at once, their reads cut in pieces of at least 1 MiB and
   // their jobs shared by the threads
   using cluster = chunk_round::cluster;
   std::vector<cluster>& cs = r.clusters;
-  const std::uint64_t batch = r.threads > 1 ? 4 * buffer : 0;
+  const std::uint64_t batch = r.threads > 1 ? buffer : 0;
   std::size_t bytes = 0;
   cs.clear();
   const auto run_batch = [&] {

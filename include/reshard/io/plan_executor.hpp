@@ -118,9 +118,44 @@ void for_each_chunk(const index_list& e, std::size_t elem, std::uint64_t limit, 
 
 }  // namespace detail
 
+namespace detail {
+// The elements [first, last] of `held` (row-major) that box `where` inside it spans.
+inline std::pair<index_t, index_t> held_span(const box& held, const box& where) {
+  index_t lo = 0, hi = 0;
+  for (std::size_t d = 0; d < held.extent.size(); ++d) {
+    lo = lo * held.extent[d] + (where.offset[d] - held.offset[d]);
+    hi = hi * held.extent[d] + (where.offset[d] + where.extent[d] - 1 - held.offset[d]);
+  }
+  return {lo, hi};
+}
+// Do targets a and b read overlapping ranges of one file in their first sliced item (the same
+// item of both)? Targets that read the same files but disjoint ranges (row blocks of column
+// blocks) gain nothing together, and a group holds a file writer per target.
+inline bool share_reads(const checkpoint_plan& plan, const plan_target& a, const plan_target& b) {
+  for (std::size_t k = 0; k < a.items.size() && k < b.items.size(); ++k) {
+    const plan_item &x = a.items[k], &y = b.items[k];
+    if (x.transfers.empty()) continue;
+    const auto holds = plan.holds.find(x.source_name);
+    if (y.transfers.empty() || y.source_name != x.source_name || holds == plan.holds.end()) return false;
+    for (const plan_transfer& u : x.transfers)
+      for (const plan_transfer& v : y.transfers) {
+        if (u.rank != v.rank || volume(u.where) == 0 || volume(v.where) == 0) continue;
+        const box* hu = held_box(holds->second, u.rank, u.where);
+        const box* hv = held_box(holds->second, v.rank, v.where);
+        if (!hu || hu != hv) continue;
+        const auto su = held_span(*hu, u.where), sv = held_span(*hv, v.where);
+        if (su.first <= sv.second && sv.first <= su.second) return true;
+      }
+    return false;
+  }
+  return false;
+}
+}  // namespace detail
+
 /// The targets of `plan` in read groups, for plan_executor::run_targets: runs of consecutive
 /// targets with as many items whose sliced items read the same source files (the same ranks), at
-/// most `most` to a group; a target with no sliced item is a group alone. The targets of a group
+/// most `most` to a group, and only targets whose first sliced items read overlapping ranges of a
+/// file (detail::share_reads); a target with no sliced item is a group alone. The targets of a group
 /// need the same rows of the same files when they split them differently (4 row blocks read as a
 /// 2x4 grid: the 4 targets of a row read the same 2 files), and executed together they read each
 /// such range once. Every target is in exactly one group, the groups in the plan's order.
@@ -135,7 +170,8 @@ inline std::vector<std::vector<std::size_t>> read_groups(const checkpoint_plan& 
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
     const bool joins = !out.empty() && !ranks.empty() && out.back().size() < most && ranks == prev &&
-                       plan.targets[out.back().front()].items.size() == t.items.size();
+                       plan.targets[out.back().front()].items.size() == t.items.size() &&
+                       detail::share_reads(plan, plan.targets[out.back().front()], t);
     if (joins) {
       out.back().push_back(i);
     } else {
