@@ -32,3 +32,16 @@ def patch_tensor_properties_default():
         import torch.distributed._shard.checkpoint  # noqa: F401
     finally:
         dataclasses.field = original
+
+
+def sharded_from_full(full, spec):
+    """The ShardedTensor of `spec` (a torch sharding spec) on this process (torch.distributed
+    initialized) whose local shards hold their boxes of the full tensor `full` (every process
+    passes the same). Call patch_tensor_properties_default() first."""
+    from torch.distributed._shard import sharded_tensor
+
+    st = sharded_tensor.empty(spec, *full.shape, dtype=full.dtype)
+    for shard in st.local_shards():
+        md = shard.metadata
+        shard.tensor.copy_(full[tuple(slice(o, o + s) for o, s in zip(md.shard_offsets, md.shard_sizes))])
+    return st

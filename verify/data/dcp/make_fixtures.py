@@ -34,12 +34,11 @@ import tempfile
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-from torch_dcp import patch_tensor_properties_default  # noqa: E402  (pytorch#91795, shared with the tests)
+from torch_dcp import patch_tensor_properties_default, sharded_from_full  # noqa: E402  (shared with the tests)
 patch_tensor_properties_default()
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from torch.distributed._shard import sharded_tensor  # noqa: E402
 from torch.distributed._shard.metadata import ShardMetadata  # noqa: E402
 from torch.distributed._shard.sharding_spec import ChunkShardingSpec, EnumerableShardingSpec  # noqa: E402
 import torch.distributed._shard.checkpoint as dcp  # noqa: E402
@@ -135,13 +134,7 @@ def sharded_worker(rank, world, name, init_file):
                                            for r, (o, z) in enumerate(GRID)])
         else:
             spec = ChunkShardingSpec(dim=dim, placements=[f"rank:{r}/cpu" for r in range(world)])
-        full = values(shape, dtype)
-        st = sharded_tensor.empty(spec, *shape, dtype=dtype)
-        for shard in st.local_shards():
-            md = shard.metadata
-            index = tuple(slice(o, o + s) for o, s in zip(md.shard_offsets, md.shard_sizes))
-            shard.tensor.copy_(full[index])
-        sd[key] = st
+        sd[key] = sharded_from_full(values(shape, dtype), spec)
     if name == "rows":
         sd["replicated"] = values([4], torch.int64)
     dcp.save_state_dict(sd, dcp.FileSystemWriter(os.path.join(HERE, name), single_file_per_rank=True))
