@@ -15,6 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   python3 python3-protobuf python3-numpy
   pybind11-dev python3-dev python3-pytest python3-hypothesis python3-tqdm
+  python3-torch  # real PyTorch: writes the DCP checkpoints of verify/data/dcp and test_dcp_torch.py
   strace util-linux
   librsvg2-bin
 )
