@@ -329,14 +329,21 @@ py::dict transform_checkpoints(const path& src_dir, const path& dst_dir, const s
   }));
 }
 
-py::dict transform_checkpoint_by_rank(std::int64_t rank, const file_map& files, const path& out, const path& src_strategy,
-                                      const path& dst_strategy, bool force, const py::object& progress,
-                                      const py::dict& opts) {
+// The sources of one target rank: {source rank: checkpoint file}, or a PyTorch DCP checkpoint
+// directory (its chunks are its layout: no source strategy).
+using rank_sources = std::variant<file_map, path>;
+
+py::dict transform_checkpoint_by_rank(std::int64_t rank, const rank_sources& sources, const path& out,
+                                      const path& src_strategy, const path& dst_strategy, bool force,
+                                      const py::object& progress, const py::dict& opts) {
   run_state st;
   st.callback = progress.is_none() ? nullptr : progress.ptr();
   auto o = options_of(st, 1, force, opts);
   return summary_dict(run_workflow(st, [&] {
-    return reshard::io::transform_checkpoint_by_rank(rank, files, out, src_strategy, dst_strategy, o);
+    if (const auto* dcp_dir = std::get_if<path>(&sources))
+      return reshard::io::transform_dcp_checkpoint_by_rank(rank, *dcp_dir, out, src_strategy, dst_strategy, o);
+    return reshard::io::transform_checkpoint_by_rank(rank, std::get<file_map>(sources), out, src_strategy,
+                                                     dst_strategy, o);
   }));
 }
 
@@ -423,7 +430,7 @@ py::dtype numpy_dtype(reshard::io::dtype t, std::uint64_t bytes) {
   return py::dtype(std::string(reshard::io::numpy_name(t)));
 }
 
-py::tuple load_checkpoint_by_rank(std::int64_t rank, const file_map& files, const path& src_strategy,
+py::tuple load_checkpoint_by_rank(std::int64_t rank, const rank_sources& sources, const path& src_strategy,
                                   const path& dst_strategy, const py::object& progress, const py::dict& opts) {
   run_state st;
   st.callback = progress.is_none() ? nullptr : progress.ptr();
@@ -448,7 +455,10 @@ py::tuple load_checkpoint_by_rank(std::int64_t rank, const file_map& files, cons
     return {static_cast<std::byte*>(a.mutable_data()), static_cast<std::size_t>(bytes)};
   };
   const auto s = run_workflow(st, [&] {
-    return reshard::io::load_checkpoint_by_rank(rank, files, src_strategy, dst_strategy, allocate, o);
+    if (const auto* dcp_dir = std::get_if<path>(&sources))
+      return reshard::io::load_dcp_checkpoint_by_rank(rank, *dcp_dir, src_strategy, dst_strategy, allocate, o);
+    return reshard::io::load_checkpoint_by_rank(rank, std::get<file_map>(sources), src_strategy, dst_strategy,
+                                                allocate, o);
   });
   return py::make_tuple(out, summary_dict(s));
 }
@@ -862,9 +872,9 @@ Layout.dtensor, Layout.jax and Layout.full.)")
       });
   m.def("_transform_checkpoints", &transform_checkpoints, "src_dir"_a, "dst_dir"_a, "prefix"_a, "src_strategy"_a,
         "dst_strategy"_a, "jobs"_a, "force"_a, "progress"_a, "opts"_a);
-  m.def("_transform_checkpoint_by_rank", &transform_checkpoint_by_rank, "rank"_a, "files"_a, "out"_a,
+  m.def("_transform_checkpoint_by_rank", &transform_checkpoint_by_rank, "rank"_a, "sources"_a, "out"_a,
         "src_strategy"_a, "dst_strategy"_a, "force"_a, "progress"_a, "opts"_a);
-  m.def("_load_checkpoint_by_rank", &load_checkpoint_by_rank, "rank"_a, "files"_a, "src_strategy"_a,
+  m.def("_load_checkpoint_by_rank", &load_checkpoint_by_rank, "rank"_a, "sources"_a, "src_strategy"_a,
         "dst_strategy"_a, "progress"_a, "opts"_a);
   m.def("_merge_checkpoints", &merge_checkpoints, "src_dir"_a, "out"_a, "src_strategy"_a, "force"_a, "progress"_a,
         "opts"_a);

@@ -114,10 +114,23 @@ def _int(v, what, least=None):
     return v
 
 
-def _files_map(checkpoint_files_map):
+def _is_dcp(p):
+    """Is the path `p` a PyTorch DCP checkpoint (a directory holding .metadata)?"""
+    return _os.path.isdir(p) and _os.path.exists(_os.path.join(p, ".metadata"))
+
+
+def _files_map(checkpoint_files_map, op):
+    """A dict {source rank: checkpoint file}, checked; or a PyTorch DCP checkpoint directory (a
+    path), passed on as its path."""
+    if isinstance(checkpoint_files_map, (str, bytes, _os.PathLike)):
+        d = _path(checkpoint_files_map, "checkpoint_files_map", True)
+        if not _is_dcp(d):
+            raise Error("%s: checkpoint_files_map %s is not a PyTorch DCP checkpoint (a directory holding "
+                        ".metadata); give a dict {source rank: checkpoint file} for other checkpoints" % (op, d))
+        return d
     if not isinstance(checkpoint_files_map, dict):
-        raise TypeError("checkpoint_files_map must be a dict {source rank: checkpoint file}, not %s"
-                        % type(checkpoint_files_map).__name__)
+        raise TypeError("checkpoint_files_map must be a dict {source rank: checkpoint file} or the path of a "
+                        "PyTorch DCP checkpoint directory, not %s" % type(checkpoint_files_map).__name__)
     return {_int(r, "checkpoint_files_map key", 0): _path(f, "checkpoint file of source rank %s" % r, True)
             for r, f in checkpoint_files_map.items()}
 
@@ -271,7 +284,7 @@ def transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_
     The files needed are rank_list_for_transform(rank_id, ...), which reshard keeps minimal: one
     source rank per distinct piece of data (any replica of a piece also does). Returns a summary dict."""
     return _run(_core._transform_checkpoint_by_rank, progress, "transform_checkpoint_by_rank",
-                _int(rank_id, "rank_id", 0), _files_map(checkpoint_files_map),
+                _int(rank_id, "rank_id", 0), _files_map(checkpoint_files_map, "transform_checkpoint_by_rank"),
                 _path(save_checkpoint_file_name, "save_checkpoint_file_name"),
                 _path(src_strategy_file, "src_strategy_file", True, True),
                 _path(dst_strategy_file, "dst_strategy_file", True, True), bool(force),
@@ -341,11 +354,14 @@ def load_checkpoint_by_rank(rank_id, checkpoint_files_map, src_strategy_file=Non
     file would hold them: what transform_checkpoint_by_rank would write, read into memory with no
     file written. Only the bytes the rank needs are read. BFloat16 arrays are ml_dtypes.bfloat16
     when ml_dtypes is importable, else uint16 (the same bits)."""
-    params, _ = _run(_core._load_checkpoint_by_rank, progress, "load_checkpoint_by_rank",
-                     _int(rank_id, "rank_id", 0), _files_map(checkpoint_files_map),
-                     _path(src_strategy_file, "src_strategy_file", True, True),
-                     _path(dst_strategy_file, "dst_strategy_file", True, True),
-                     opts=_opts(None, None, include, exclude, rename, rename_map, dtype))
+    params, summary = _run(_core._load_checkpoint_by_rank, progress, "load_checkpoint_by_rank",
+                           _int(rank_id, "rank_id", 0), _files_map(checkpoint_files_map, "load_checkpoint_by_rank"),
+                           _path(src_strategy_file, "src_strategy_file", True, True),
+                           _path(dst_strategy_file, "dst_strategy_file", True, True),
+                           opts=_opts(None, None, include, exclude, rename, rename_map, dtype))
+    import warnings
+    for w in summary.get("warnings", []):  # the summary, which holds them elsewhere, is not returned
+        warnings.warn("load_checkpoint_by_rank: " + w, stacklevel=2)
     return params
 
 

@@ -208,7 +208,10 @@ class transform_job {
                 std::string op, std::vector<std::string> warnings = {})
       : targets_(std::move(targets)), catalogue_(std::move(src), std::move(dst), targets_, op), opts_(std::move(opts)),
         exec_{opts_.jobs, opts_.buffer_bytes}, op_(std::move(op)), warnings_(std::move(warnings)) {
-    const auto w = catalogue_.dcp()->byte_item_warnings(hf_target() ? "a Hugging Face checkpoint" : "ckpt or safetensors files");
+    const bool in_memory = !targets_.empty() && targets_.front().path.empty();  // load(): no file
+    const auto w = catalogue_.dcp()->byte_item_warnings(in_memory    ? "tensors in memory"
+                                                        : hf_target() ? "a Hugging Face checkpoint"
+                                                                      : "ckpt or safetensors files");
     warnings_.insert(warnings_.end(), w.begin(), w.end());
     check_target_ranks();
   }

@@ -6,6 +6,8 @@
 //   transform_checkpoint_by_rank(rank, {src_rank: file}, out_file, src, dst)      one target rank
 //   rank_list_for_transform(rank, src_strategy, dst_strategy)                     its source ranks
 //   load_checkpoint_by_rank(rank, {src_rank: file}, src, dst, allocate)           one rank, in memory
+//   transform_dcp_checkpoint_by_rank(rank, dcp_dir, out_file, src, dst)           the same two from
+//   load_dcp_checkpoint_by_rank(rank, dcp_dir, src, dst, allocate)                a PyTorch DCP dir
 //   verify_checkpoints(src_dir, dst_dir, prefix, src_strategy, dst_strategy)      outputs vs sources
 //   merge_checkpoints(src_dir, out_file, src_strategy)                            all ranks -> one file
 //   split_checkpoint(file, dst_dir, dst_strategy)                                 one file -> ranks
@@ -167,6 +169,33 @@ inline transform_summary load_checkpoint_by_rank(std::int64_t rank, const std::m
   std::vector<transform_target> targets{transform_target{rank, {}}};
   return transform_job(strategy_layouts(src_strategy), strategy_layouts(dst_strategy), std::move(files),
                        std::move(targets), opts, "load_checkpoint_by_rank")
+      .load(allocate);
+}
+
+/// transform_checkpoint_by_rank from a PyTorch DCP checkpoint: target rank `rank` of
+/// `dst_strategy` (empty: the full tensors) read from the chunks of `dcp_dir` (a directory holding
+/// `.metadata`, whose chunks are its layout: `src_strategy` must be empty; it is the caller's
+/// argument, refused naming it). The byte items are left out, with a warning naming them.
+inline transform_summary transform_dcp_checkpoint_by_rank(std::int64_t rank, const std::filesystem::path& dcp_dir,
+                                                          const std::filesystem::path& out_file,
+                                                          const std::filesystem::path& src_strategy,
+                                                          const std::filesystem::path& dst_strategy,
+                                                          const transform_options& opts = {}) {
+  return detail::dcp_job("transform_checkpoint_by_rank", dcp_dir, src_strategy, strategy_layouts(dst_strategy),
+                         {transform_target{rank, out_file}}, opts)
+      .run();
+}
+
+/// load_checkpoint_by_rank from a PyTorch DCP checkpoint `dcp_dir` (as
+/// transform_dcp_checkpoint_by_rank): target rank `rank`'s parameters of `dst_strategy` (empty:
+/// the full tensors) in the memory `allocate` gives, reading only the chunks' bytes it needs.
+inline transform_summary load_dcp_checkpoint_by_rank(std::int64_t rank, const std::filesystem::path& dcp_dir,
+                                                     const std::filesystem::path& src_strategy,
+                                                     const std::filesystem::path& dst_strategy,
+                                                     const tensor_allocator& allocate,
+                                                     const transform_options& opts = {}) {
+  return detail::dcp_job("load_checkpoint_by_rank", dcp_dir, src_strategy, strategy_layouts(dst_strategy),
+                         {transform_target{rank, {}}}, opts)
       .load(allocate);
 }
 

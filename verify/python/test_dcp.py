@@ -1,0 +1,177 @@
+"""PyTorch DCP checkpoints as sources of the module's checkpoint functions, on the checkpoints torch
+1.13 wrote (verify/data/dcp/, by make_fixtures.py) and what torch's own load_state_dict read from
+them (<name>.expected.json): merge_checkpoints, convert_checkpoint, split_checkpoint,
+transform_checkpoints, transform_checkpoint_by_rank and load_checkpoint_by_rank (a DCP directory
+in place of the {source rank: file} map) give torch's values bit for bit, the verify functions
+agree, and bad input (a source strategy given, a data file missing, a directory that is not DCP)
+is a clear error with nothing written. Needs no torch (test_dcp_torch.py runs real torch)."""
+
+import json
+import os
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+import hf_reference
+import reshard
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "dcp")
+FIXTURES = ["minimal", "plain", "rows", "cols", "grid"]
+ST = {"float32": "F32", "bfloat16": "BF16", "int64": "I64"}
+NP = {"float32": np.float32, "bfloat16": np.uint16, "int64": np.int64}
+
+
+def fixture(name):
+    return os.path.join(DATA, name)
+
+
+def expected(name):
+    """{name: (safetensors dtype, shape, bytes)} torch loaded from the fixture."""
+    with open(os.path.join(DATA, name + ".expected.json")) as f:
+        e = json.load(f)
+    return {k: (ST[v["dtype"]], v["shape"], bytes.fromhex(v["hex"])) for k, v in e["tensors"].items()}
+
+
+def arrays(name):
+    return {k: np.frombuffer(b, NP[{v: k for k, v in ST.items()}[dt]]).reshape(shape)
+            for k, (dt, shape, b) in expected(name).items()}
+
+
+def same(path, name):
+    got = {k: (dt, shape, b) for k, (dt, shape, b) in hf_reference.read_model(str(path)).items()}
+    assert got == expected(name)
+
+
+def files_under(d):
+    return sorted(os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs) if os.path.exists(d) else []
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_merge_checkpoints(name, tmp_path):
+    s = reshard.merge_checkpoints(fixture(name), tmp_path / "m.safetensors", progress=False)
+    same(tmp_path / "m.safetensors", name)
+    assert reshard.verify_merged_checkpoint(fixture(name), tmp_path / "m.safetensors", progress=False)["ok"]
+    hf = tmp_path / "hf"
+    reshard.merge_checkpoints(fixture(name), hf, output_format="hf", max_shard_size=100, progress=False)
+    same(hf, name)
+    assert reshard.verify_merged_checkpoint(fixture(name), hf, output_format="hf", progress=False)["ok"]
+    if name == "plain":  # the byte items, named
+        assert any("'epoch', 'tag'" in w and "left out" in w for w in s["warnings"]), s["warnings"]
+    else:
+        assert not s["warnings"]
+
+
+def test_merge_options_apply(tmp_path):
+    out = tmp_path / "m.safetensors"
+    reshard.merge_checkpoints(fixture("cols"), out, include="w", rename_map={"w": "weight"}, dtype="bfloat16",
+                              progress=False)
+    got = hf_reference.read_model(str(out))
+    assert list(got) == ["weight"] and got["weight"][:2] == ("BF16", [3, 4])
+    assert got["weight"][2] == hf_reference.cast_bytes("F32", expected("cols")["w"][2], "BF16")
+    assert reshard.verify_merged_checkpoint(fixture("cols"), out, include="w", rename_map={"w": "weight"},
+                                            dtype="bfloat16", progress=False)["ok"]
+
+
+def test_convert_checkpoint(tmp_path):
+    out = tmp_path / "c.safetensors"
+    reshard.convert_checkpoint(fixture("grid"), out, progress=False)
+    same(out, "grid")
+    assert reshard.verify_converted_checkpoint(fixture("grid"), out, progress=False)["ok"]
+
+
+def strategy(path):
+    """4 ranks: cols' w [3,4] by columns (MindSpore JSON); h is in no strategy (whole on every rank)."""
+    with open(path, "w") as f:
+        json.dump({"current_stage": 1, "parallel_layout_item": {"w": {
+            "dev_matrix": [4], "tensor_map": [-1, 0], "tensor_shape": [3, 4], "field": 0,
+            "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}}}, f)
+    return str(path)
+
+
+def test_transform_split_and_by_rank(tmp_path):
+    s = strategy(tmp_path / "dst.json")
+    w, h = arrays("cols")["w"], arrays("cols")["h"]
+    out = tmp_path / "t"
+    summary = reshard.transform_checkpoints(fixture("cols"), out, "checkpoint_", None, s,
+                                            output_format="safetensors", progress=False)
+    assert summary["files"] == 4
+    assert reshard.verify_checkpoints(fixture("cols"), out, "checkpoint_", None, s, output_format="safetensors",
+                                      progress=False)["ok"]
+    reshard.split_checkpoint(fixture("cols"), tmp_path / "s", s, output_format="safetensors", progress=False)
+    for t in range(4):
+        f = out / ("rank_%d" % t) / ("checkpoint_%d.safetensors" % t)
+        got = hf_reference.read_model(str(f))
+        assert got["w"] == ("F32", [3, 1], np.ascontiguousarray(w[:, t:t + 1]).tobytes())
+        assert got["h"] == ("BF16", [2, 2], h.tobytes())
+        with open(f, "rb") as a, open(tmp_path / "s" / ("rank_%d" % t) / ("checkpoint_%d.safetensors" % t), "rb") as b:
+            assert a.read() == b.read()
+        one = tmp_path / ("one_%d.safetensors" % t)
+        reshard.transform_checkpoint_by_rank(t, fixture("cols"), one, dst_strategy_file=s, progress=False)
+        assert hf_reference.read_model(str(one)) == got
+        loaded = reshard.load_checkpoint_by_rank(t, fixture("cols"), dst_strategy_file=s, progress=False)
+        assert sorted(loaded) == sorted(got)
+        assert loaded["w"].dtype == np.float32 and loaded["w"].tobytes() == got["w"][2]
+        assert loaded["h"].shape == (2, 2) and loaded["h"].tobytes() == h.tobytes()
+
+
+def test_load_checkpoint_by_rank_whole_and_byte_items():
+    with pytest.warns(UserWarning, match=r"byte items 'epoch', 'tag' .* cannot be written to tensors in memory"):
+        got = reshard.load_checkpoint_by_rank(0, fixture("plain"), progress=False)
+    want = arrays("plain")
+    assert sorted(got) == sorted(want)
+    for k, a in got.items():
+        assert a.shape == want[k].shape and a.tobytes() == want[k].tobytes(), k
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no byte item: no warning
+        got = reshard.load_checkpoint_by_rank(0, os.path.join(DATA, "grid"), include="g", progress=False)
+    assert list(got) == ["g"] and got["g"].tobytes() == arrays("grid")["g"].tobytes()
+
+
+# ---- bad input --------------------------------------------------------------------------------
+
+def test_a_source_strategy_is_refused(tmp_path):
+    s = strategy(tmp_path / "s.json")
+    for call in (lambda: reshard.merge_checkpoints(fixture("rows"), tmp_path / "o.safetensors", s, progress=False),
+                 lambda: reshard.transform_checkpoints(fixture("rows"), tmp_path / "o", "c_", s, s, progress=False),
+                 lambda: reshard.verify_merged_checkpoint(fixture("rows"), tmp_path / "s.json", s, progress=False),
+                 lambda: reshard.transform_checkpoint_by_rank(0, fixture("rows"), tmp_path / "o.ckpt", s, s,
+                                                              progress=False),
+                 lambda: reshard.load_checkpoint_by_rank(0, fixture("rows"), s, s, progress=False)):
+        with pytest.raises(reshard.Error) as e:
+            call()
+        msg = str(e.value)
+        assert "is a PyTorch DCP checkpoint" in msg and fixture("rows") in msg, msg
+        assert "give no source strategy (%s was given)" % s in msg, msg
+    assert files_under(tmp_path) == [s]
+
+
+def test_a_missing_data_file_is_named(tmp_path):
+    d = tmp_path / "grid"
+    shutil.copytree(fixture("grid"), d)
+    os.remove(d / "__2_0.distcp")
+    for call in (lambda: reshard.merge_checkpoints(d, tmp_path / "o" / "m.safetensors", progress=False),
+                 lambda: reshard.load_checkpoint_by_rank(0, d, progress=False)):
+        with pytest.raises(OSError) as e:
+            call()
+        assert str(d / "__2_0.distcp") in str(e.value), str(e.value)
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_a_path_that_is_not_dcp(tmp_path):
+    with pytest.raises(reshard.Error, match=r"load_checkpoint_by_rank: checkpoint_files_map .* is not a PyTorch DCP"):
+        reshard.load_checkpoint_by_rank(0, tmp_path, progress=False)
+    with pytest.raises(FileNotFoundError):
+        reshard.transform_checkpoint_by_rank(0, tmp_path / "nowhere", tmp_path / "o.ckpt", progress=False)
+    with pytest.raises(TypeError, match="or the path of a PyTorch DCP checkpoint directory"):
+        reshard.load_checkpoint_by_rank(0, [fixture("rows")], progress=False)
+
+
+def test_inputs_are_not_modified(tmp_path):
+    d = tmp_path / "rows"
+    shutil.copytree(fixture("rows"), d)
+    before = {f: open(f, "rb").read() for f in files_under(d)}
+    reshard.merge_checkpoints(d, tmp_path / "m.ckpt", progress=False)
+    reshard.load_checkpoint_by_rank(0, d, progress=False)
+    assert {f: open(f, "rb").read() for f in files_under(d)} == before
