@@ -30,19 +30,15 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "verify", "python"))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+sys.path.insert(0, os.path.join(_HERE, "..", "verify", "python"))
 import torch_dcp  # noqa: E402  (pytorch#91795 for torch 1.13 on Python 3.11; sharded_from_full)
+from transform_e2e import parse_size  # noqa: E402
 
 MiB = 1 << 20
 TENSORS = 16
 COLS = 4096
-
-
-def parse_size(text):
-    m = re.fullmatch(r"(\d+)([KMG]?)(i?B)?", text.strip(), re.I)
-    if not m:
-        raise argparse.ArgumentTypeError("not a size: %r" % text)
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
 def save_worker(rank, world, rows, out, init_file):
