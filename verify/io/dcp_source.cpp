@@ -4,8 +4,10 @@
 // read as boxes, so a tiling that is no grid, with several chunks of one tensor in one file, merges
 // as exactly (by pread and from the mappings, in chunk buffers of a row or of 4 MiB); a transform
 // by a target strategy writes MindSpore ranks, which verify checks; casts, selections and renames go through the same plan; the plan (its source table
-// listing several boxes of one file) survives its JSON and its checks; byte items are left out with
-// a warning naming them; a source strategy, overlapping chunks and a gap are refused by name.
+// listing several boxes of one file) survives its JSON and its checks; one target rank by file and
+// in memory (transform_dcp_checkpoint_by_rank, load_dcp_checkpoint_by_rank) is the transform's; byte
+// items are left out with a warning naming them; a source strategy, overlapping chunks and a gap
+// are refused by name.
 #include <reshard/io/dcp.hpp>
 #include <reshard/io/plan_file.hpp>
 #include <reshard/io/plan_wire.hpp>
@@ -353,6 +355,70 @@ TEST(dcp_source, transform_writes_mindspore_ranks_by_a_target_strategy) {
   const auto sizes = transform_target_bytes(dcp_fixtures() / "cols", {}, d / "dst.ckpt");
   EXPECT_EQ(sizes, (std::vector<std::uint64_t>(4, 3 * 4 + 2 * 2 * 2)));
   EXPECT_GE(s.sliced, 8u);
+}
+
+TEST(dcp_source, one_target_rank_by_file_and_in_memory_is_the_transforms) {
+  // transform_dcp_checkpoint_by_rank and load_dcp_checkpoint_by_rank (the Python module's
+  // transform_checkpoint_by_rank and load_checkpoint_by_rank given a DCP directory): target rank
+  // t of the strategy above, from plain (two byte items, named in a warning) and cols
+  temp_dir d;
+  strategy_file st;
+  st.layouts.push_back({"w", param_layout{.dev_matrix = {4}, .tensor_map = {{-1}, {0}}}});
+  write_strategy(d / "dst.ckpt", st);
+  for (const char* name : {"cols", "plain"}) {
+    SCOPED_TRACE(name);
+    const fs::path src = dcp_fixtures() / name, all = d / name;
+    transform_checkpoints(src, all, "checkpoint_", {}, d / "dst.ckpt", quiet());
+    for (index_t t = 0; t < 4; ++t) {
+      SCOPED_TRACE(t);
+      const auto want = rank_checkpoint_path(all, "checkpoint_", t, checkpoint_format::ckpt);
+      const fs::path one = d / (std::string(name) + std::to_string(t) + ".ckpt");
+      transform_dcp_checkpoint_by_rank(t, src, one, {}, d / "dst.ckpt", quiet());
+      EXPECT_EQ(read_bytes(one), read_bytes(want));
+      std::vector<std::pair<std::string, std::vector<std::byte>>> loaded;
+      const auto s = load_dcp_checkpoint_by_rank(
+          t, src, {}, d / "dst.ckpt",
+          [&](index_t rank, std::string_view n, dtype, std::span<const std::int64_t>, std::uint64_t bytes) {
+            EXPECT_EQ(rank, t);
+            loaded.emplace_back(std::string(n), std::vector<std::byte>(static_cast<std::size_t>(bytes), std::byte{0xEE}));
+            return std::span<std::byte>(loaded.back().second);
+          },
+          quiet());
+      const checkpoint_reader rd(want);
+      ASSERT_EQ(loaded.size(), rd.entries().size());
+      for (std::size_t i = 0; i < loaded.size(); ++i) {
+        EXPECT_EQ(loaded[i].first, rd.entries()[i].name);
+        std::vector<std::byte> bytes;
+        for (auto p : rd.entries()[i].pieces) bytes.insert(bytes.end(), p.begin(), p.end());
+        EXPECT_EQ(loaded[i].second, bytes) << loaded[i].first;
+      }
+      EXPECT_EQ(s.files, 0u);
+      const bool byte_items = std::string(name) == "plain";
+      ASSERT_EQ(s.warnings.size(), byte_items ? 1u : 0u);
+      if (byte_items) {
+        EXPECT_NE(s.warnings[0].find("'epoch', 'tag'"), std::string::npos) << s.warnings[0];
+        EXPECT_NE(s.warnings[0].find("cannot be written to tensors in memory: left out"), std::string::npos)
+            << s.warnings[0];
+      }
+    }
+  }
+  // a source strategy is refused by both, naming it; nothing is written
+  write_text(d / "s.json", "{}");
+  EXPECT_TRUE(throws_error(
+      [&] { transform_dcp_checkpoint_by_rank(0, dcp_fixtures() / "rows", d / "x.ckpt", d / "s.json", {}, quiet()); },
+      {"transform_checkpoint_by_rank: ", "rows is a PyTorch DCP checkpoint", "give no source strategy", "s.json"}));
+  EXPECT_FALSE(fs::exists(d / "x.ckpt"));
+  EXPECT_TRUE(throws_error(
+      [&] {
+        load_dcp_checkpoint_by_rank(
+            0, dcp_fixtures() / "rows", d / "s.json", {},
+            [](index_t, std::string_view, dtype, std::span<const std::int64_t>, std::uint64_t) -> std::span<std::byte> {
+              ADD_FAILURE() << "allocated before the strategy was refused";
+              return {};
+            },
+            quiet());
+      },
+      {"load_checkpoint_by_rank: ", "rows is a PyTorch DCP checkpoint", "give no source strategy", "s.json"}));
 }
 
 // ---- the plan's source table with several boxes per file ---------------------------------------

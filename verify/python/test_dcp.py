@@ -175,3 +175,34 @@ def test_inputs_are_not_modified(tmp_path):
     reshard.merge_checkpoints(d, tmp_path / "m.ckpt", progress=False)
     reshard.load_checkpoint_by_rank(0, d, progress=False)
     assert {f: open(f, "rb").read() for f in files_under(d)} == before
+
+
+def test_a_metadata_naming_a_global_outside_the_allow_list_is_refused(tmp_path):
+    d = tmp_path / "plain"
+    shutil.copytree(fixture("plain"), d)
+    raw = (d / ".metadata").read_bytes()
+    assert raw.count(b"TensorStorageMetadata") >= 1
+    (d / ".metadata").write_bytes(raw.replace(b"TensorStorageMetadata", b"XensorStorageMetadata", 1))
+    with pytest.raises(reshard.Error, match=r"\.metadata: pickle: global torch\.distributed\._shard\.checkpoint\."
+                                            r"metadata\.XensorStorageMetadata is not allowed"):
+        reshard.load_checkpoint_by_rank(0, d, progress=False)
+    with pytest.raises(reshard.Error, match="XensorStorageMetadata is not allowed"):
+        reshard.merge_checkpoints(d, tmp_path / "o.safetensors", progress=False)
+    assert not os.path.exists(tmp_path / "o.safetensors")
+
+
+def test_progress_and_an_interrupting_callback(tmp_path):
+    calls = []
+    reshard.merge_checkpoints(fixture("grid"), tmp_path / "m.ckpt", progress=calls.append)
+    assert calls and calls[-1].bytes_done == calls[-1].bytes_total == 96 + 80  # g [4,6] f32, i [5,2] i64
+    assert {"g", "i"} <= {c.parameter for c in calls} <= {"", "g", "i"}  # "": a file finished
+
+    def stop(p):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        reshard.transform_checkpoints(fixture("cols"), tmp_path / "t", "checkpoint_", None,
+                                      strategy(tmp_path / "dst.json"), progress=stop)
+    assert not os.path.exists(tmp_path / "t")
+    with pytest.raises(KeyboardInterrupt):
+        reshard.load_checkpoint_by_rank(0, fixture("cols"), progress=stop)
