@@ -25,6 +25,12 @@ and load_checkpoint_by_rank (one target rank's parameters as numpy arrays, no fi
 merge_checkpoints, split_checkpoint, convert_checkpoint; verify_checkpoints, verify_merged_checkpoint,
 verify_split_checkpoint and verify_converted_checkpoint check what each wrote against its sources.
 
+PyTorch DCP: a directory holding .metadata (what torch.distributed.checkpoint saves) is a source of
+every checkpoint function (its chunks are its layout: give no source strategy), and
+transform_checkpoint_by_rank and load_checkpoint_by_rank take it in place of their {rank: file}
+map. Its byte items (pickled Python objects) are left out, named in the summary's warnings
+(load_checkpoint_by_rank: as UserWarnings).
+
 Progress: the checkpoint functions take `progress=`: None (the default) shows a tqdm bar on a
 terminal when tqdm is importable (nothing otherwise, nor when standard error is not a terminal),
 False shows nothing, True a tqdm bar always, and a callable is called with a Progress (rank,
@@ -279,7 +285,8 @@ def transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_
                                  dtype=None):
     """Writes target rank `rank_id`'s checkpoint `save_checkpoint_file_name` (ckpt, or safetensors if
     the name ends in .safetensors; with output_format="hf" a Hugging Face checkpoint directory) from
-    `checkpoint_files_map` ({source rank: checkpoint file}).
+    `checkpoint_files_map` ({source rank: checkpoint file}, or the path of a PyTorch DCP checkpoint
+    directory, which takes no src_strategy_file).
 
     The files needed are rank_list_for_transform(rank_id, ...), which reshard keeps minimal: one
     source rank per distinct piece of data (any replica of a piece also does). Returns a summary dict."""
@@ -353,7 +360,10 @@ def load_checkpoint_by_rank(rank_id, checkpoint_files_map, src_strategy_file=Non
     """Target rank `rank_id`'s parameters as a dict {name: numpy array}, in the order its checkpoint
     file would hold them: what transform_checkpoint_by_rank would write, read into memory with no
     file written. Only the bytes the rank needs are read. BFloat16 arrays are ml_dtypes.bfloat16
-    when ml_dtypes is importable, else uint16 (the same bits)."""
+    when ml_dtypes is importable, else uint16 (the same bits). `checkpoint_files_map` may be the
+    path of a PyTorch DCP checkpoint directory (no src_strategy_file; no dst_strategy_file: the full
+    tensors). The run's warnings (the DCP byte items left out, casts that do not apply) are raised
+    as UserWarnings."""
     params, summary = _run(_core._load_checkpoint_by_rank, progress, "load_checkpoint_by_rank",
                            _int(rank_id, "rank_id", 0), _files_map(checkpoint_files_map, "load_checkpoint_by_rank"),
                            _path(src_strategy_file, "src_strategy_file", True, True),

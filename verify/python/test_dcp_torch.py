@@ -9,9 +9,9 @@ rows unevenly (3 + 3 + 3 + 1), a plain tensor every rank saves (replicated), a b
 ShardedTensor of random bit patterns, a plain int64 tensor and a byte item (an int). It is written
 once per module; the test functions share it.
 
-Needs the program: $RESHARD (ctest sets it; run by hand:
-    RESHARD=build/examples/reshard PYTHONPATH=build/python /usr/bin/python3 -m pytest -q \\
-        -p no:cacheprovider verify/python/test_dcp_torch.py)."""
+Needs the program: $RESHARD (ctest sets it), else build/examples/reshard of the source tree. By
+hand:
+    PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider verify/python/test_dcp_torch.py"""
 
 import json
 import os
@@ -117,8 +117,11 @@ def saved(tmp_path_factory):
 
 
 def program():
-    exe = os.environ.get("RESHARD")
-    assert exe and os.access(exe, os.X_OK), "set RESHARD to the path of the reshard program"
+    """$RESHARD, else the program of $RESHARD_BINARY_DIR or of build/ in the source tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.environ.get("RESHARD_BINARY_DIR", os.path.join(here, "..", "..", "build"))
+    exe = os.environ.get("RESHARD") or os.path.join(build, "examples", "reshard")
+    assert os.access(exe, os.X_OK), "%s is not a program: set RESHARD to the path of the reshard program" % exe
     return exe
 
 
