@@ -100,6 +100,8 @@ def test_transform_split_and_by_rank(tmp_path):
     assert reshard.verify_checkpoints(fixture("cols"), out, "checkpoint_", None, s, output_format="safetensors",
                                       progress=False)["ok"]
     reshard.split_checkpoint(fixture("cols"), tmp_path / "s", s, output_format="safetensors", progress=False)
+    assert reshard.verify_split_checkpoint(fixture("cols"), tmp_path / "s", s, output_format="safetensors",
+                                           progress=False)["ok"]
     for t in range(4):
         f = out / ("rank_%d" % t) / ("checkpoint_%d.safetensors" % t)
         got = hf_reference.read_model(str(f))
@@ -114,6 +116,17 @@ def test_transform_split_and_by_rank(tmp_path):
         assert sorted(loaded) == sorted(got)
         assert loaded["w"].dtype == np.float32 and loaded["w"].tobytes() == got["w"][2]
         assert loaded["h"].shape == (2, 2) and loaded["h"].tobytes() == h.tobytes()
+
+
+def test_transform_to_a_hugging_face_checkpoint_per_rank(tmp_path):
+    s = strategy(tmp_path / "dst.json")
+    out = tmp_path / "hf"
+    reshard.transform_checkpoints(fixture("cols"), out, "m", None, s, output_format="hf", progress=False)
+    w = arrays("cols")["w"]
+    for t in range(4):
+        got = hf_reference.read_model(str(out / ("rank_%d" % t) / ("m%d" % t)))
+        assert got["w"] == ("F32", [3, 1], np.ascontiguousarray(w[:, t:t + 1]).tobytes())
+    assert reshard.verify_checkpoints(fixture("cols"), out, "m", None, s, output_format="hf", progress=False)["ok"]
 
 
 def test_load_checkpoint_by_rank_whole_and_byte_items():
