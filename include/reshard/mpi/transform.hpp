@@ -374,7 +374,14 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   // this process's targets and tensor bytes, then everyone's; whether process 0 shows progress
   std::uint64_t counts[3] = {0, 0, me == 0 && opts.progress ? 1u : 0u};
   try {
-    const auto sizes = io::transform_stage_bytes(src_dir, src_strategy, dst_strategy, opts);
+    std::vector<std::uint64_t> sizes;
+    try {
+      sizes = io::transform_stage_bytes(src_dir, src_strategy, dst_strategy, opts);
+    } catch (const reshard::error&) {
+      // sizes are a hint: split by count, and let the jobs report what is wrong (as one
+      // process would, for the targets that meet it)
+      sizes.assign(static_cast<std::size_t>(io::strategy_layouts(dst_strategy).ranks()), 0);
+    }
     s.shares = io::balance_targets(sizes, static_cast<std::size_t>(size));
     const std::vector<std::int64_t>& mine = s.shares[static_cast<std::size_t>(me)];
     if (!mine.empty()) {
