@@ -312,8 +312,8 @@ inline void check_checkpoint_plan(const checkpoint_plan& p, const std::string& w
 /// t (the worker whose slice of [0, total) holds the middle of t's bytes; all bytes 0: every rank
 /// counts 1). So every worker's bytes differ from total / parts by less than the largest rank's
 /// (law E9 in docs/laws.md), and neighbouring targets, which read neighbouring source files,
-/// share a worker: each opens about M / parts source files, not most of them as a dealt split
-/// would. Deterministic, so every process computes the same split. Each worker's ranks
+/// share a worker, which then opens fewer source files than a deal of the targets would give it
+/// (docs/scaling.md). Deterministic, so every process computes the same split. Each worker's ranks
 /// ascending; with fewer ranks than workers some get none.
 inline std::vector<std::vector<std::int64_t>> balance_targets(std::span<const std::uint64_t> bytes,
                                                               std::size_t parts) {
