@@ -58,6 +58,7 @@ inline command add_transform_command(CLI::App& app) {
             if (processes().mpi) {  // mpirun -n K: the target ranks split among the K processes
               mpi::parallel_transform_options po;
               po.local_progress = test_kill_hook();
+              po.file_tensors = false;  // the summary prints no tensors (a manifest gets them anyway)
               const auto s = mpi::transform_checkpoints(MPI_COMM_WORLD, o->src_dir, o->dst_dir, o->prefix,
                                                         o->src_strategy, o->dst_strategy,
                                                         transform_options_of(o->flags), po);

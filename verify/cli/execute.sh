@@ -56,6 +56,51 @@ for name in retrain_8to4 uneven_8to3 to_pipeline; do
   done
 done
 
+# the parts (law E9): each a contiguous run of the plan's targets, in part order, writing within
+# the largest target's bytes of total / K, and opening exactly the source files its targets read
+for name in uneven_8to3 to_pipeline; do
+  scenario "$name"
+  run transform --src-dir "$d/src" --dst-dir "$d/e9" "${strategies[@]}" --plan-out "$d/e9.json"
+  for k in 2 3; do
+    rm -rf "$d/e9"
+    sums=()
+    for i in $(seq 1 "$k"); do
+      run execute "$d/e9.json" --part "$i/$k" --no-sync --json
+      if [[ $rc -ne 0 ]]; then fail "$name: part $i/$k" "rc $rc" "$err"; fi
+      sums+=("$out")
+    done
+    if report=$("$PY" - "$d/e9.json" "${sums[@]}" 2>&1 <<'PYEOF'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+parts = [json.loads(s) for s in sys.argv[2:]]
+k = len(parts)
+by_file = {t["path"]: t for t in plan["targets"]}
+size = {t["path"]: sum(i["bytes"] for i in t["items"]) for t in plan["targets"]}
+total, largest = sum(size.values()), max(size.values())
+order = [t["path"] for t in plan["targets"]]
+seen = []
+for n, p in enumerate(parts):
+    mine = [o for o in p["outputs"]]
+    seen += mine
+    load = sum(size[o] for o in mine)
+    if not abs(load - total / k) < largest:
+        sys.exit("part %d/%d writes %d bytes: not within %d of %d / %d" % (n + 1, k, load, largest, total, k))
+    reads = set()
+    for o in mine:
+        for i in by_file[o]["items"]:
+            if "copy" in i:
+                reads.add(i["copy"]["rank"])
+            for x in i.get("slice", {}).get("transfers", []):
+                reads.add(x["rank"])
+    if p["source_files"] != len(reads):
+        sys.exit("part %d/%d opened %d source files, its targets read %d" % (n + 1, k, p["source_files"], len(reads)))
+if seen != order:
+    sys.exit("the parts are not contiguous runs of the plan's targets in order: %s" % seen)
+PYEOF
+    ); then pass; else fail "$name: $k parts: contiguous, balanced by bytes, each opening only its sources" "$report"; fi
+  done
+done
+
 # merge into a Hugging Face checkpoint (shards and index), and split
 scenario retrain_8to4
 run merge --src-dir "$d/src" --out "$d/hf" "${strategies[0]}" "${strategies[1]}" --format hf --max-shard-size 100KB \

@@ -3,7 +3,8 @@
 # verify/python/ms_scenario.py (8->4 with optimizer sharding and CRC trailers, 8->4 inference, 8->3
 # uneven, a merged 2-stage pipeline, 4 ranks to a pipeline, 6->4 from safetensors) and a PyTorch DCP
 # checkpoint to 4 ranks, in ckpt and safetensors, the files of K = 2, 3 (and 5 > N) processes are byte for byte those of one process.
-# Then: each process opens only the source files its targets need; a bad source file that only
+# Then: each process opens only the source files its targets need (process 0 too), its targets a
+# contiguous run of ranks; a bad source file that only
 # one process reads, an unwritable target of one process and an existing output each fail the
 # whole run with the message printed once and nothing written; a process killed after its first
 # file fails the job and leaves no output under a final name.
@@ -97,7 +98,8 @@ if [[ $rc -eq 0 ]] && printf '%s' "$out" | "$PY" -c "
 import json, sys
 j = json.load(sys.stdin)
 ok = j['files'] == 4 and j['sliced'] == 28 and j['copied'] == 16 and sorted(sum(j['processes'], [])) == [0, 1, 2, 3]
-ok = ok and all(len(p) == 2 for p in j['processes']) and len(j['outputs']) == 4
+# contiguous runs of target ranks, balanced by bytes (io::balance_targets): equal targets, 2 each
+ok = ok and j['processes'] == [[0, 1], [2, 3]] and len(j['outputs']) == 4
 sys.exit(0 if ok else 1)"; then pass; else fail "--json: files, sums, processes" "stdout: $out" "stderr: $err"; fi
 bars=$(grep -o '100% \[#*\][^%]*4/4 files' <<<"$err" | wc -l)
 if [[ $bars -eq 1 ]]; then pass; else fail "--progress: one bar reaching 4/4 files" "stderr: $err"; fi
@@ -131,17 +133,23 @@ needed() {  # needed TARGET...: the union of rank-list of the targets
   done | "$PY" -c "import json,sys; print(' '.join(map(str, sorted(set().union(*(json.loads(l) for l in sys.stdin if l.strip()))))))"
 }
 if command -v strace >/dev/null; then
+  # --jobs 1: each process one thread, so a pid's openat calls are its process's
   strace -f -qq -e trace=openat -o "$tmp/trace" "$MPIEXEC" -n 2 "${mpiflags[@]}" "$RESHARD" transform \
-    --src-dir "$d/src" --dst-dir "$d/traced" "${strategies[@]}" >/dev/null 2>&1 || true
-  # the pid of the process that wrote rank_1's file, and the source files it opened
-  p1=$(grep 'traced/rank_1/checkpoint_1.ckpt.reshard' "$tmp/trace" | head -1 | awk '{print $1}')
-  opened=$(grep "^$p1 .*src/rank_[0-9]*/net.ckpt" "$tmp/trace" | sed 's|.*src/rank_\([0-9]*\)/net.ckpt.*|\1|' | sort -n -u | tr '\n' ' ')
-  p1targets=$("$PY" -c "import json,sys; print(' '.join(str(t) for p in json.loads(sys.argv[1]) if 1 in p for t in p))" "$shares")
-  # shellcheck disable=SC2086
-  want=$(needed $p1targets)
-  if [[ -n $p1 && "${opened% }" == "$want" ]]; then pass; else
-    fail "the process of targets [$p1targets] opens source ranks [$want] only" "opened: [$opened] (pid $p1)"
-  fi
+    --src-dir "$d/src" --dst-dir "$d/traced" "${strategies[@]}" --jobs 1 >/dev/null 2>&1 || true
+  # every process opens exactly the source files its targets need (process 0 once planned the
+  # whole transform, opening all 8 where its targets need 6)
+  for k in 0 1; do
+    ktargets=$("$PY" -c "import json,sys; print(' '.join(map(str, json.loads(sys.argv[1])[$k])))" "$shares")
+    first=${ktargets%% *}
+    # the pid of the process that wrote its first target's file, and the source files it opened
+    pk=$(grep "traced/rank_$first/checkpoint_$first.ckpt.reshard" "$tmp/trace" | head -1 | awk '{print $1}')
+    opened=$(grep "^$pk .*src/rank_[0-9]*/net.ckpt" "$tmp/trace" | sed 's|.*src/rank_\([0-9]*\)/net.ckpt.*|\1|' | sort -n -u | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    want=$(needed $ktargets)
+    if [[ -n $pk && "${opened% }" == "$want" ]]; then pass; else
+      fail "process $k (targets [$ktargets]) opens source ranks [$want] only" "opened: [$opened] (pid $pk)"
+    fi
+  done
 else
   echo "strace not found: the check of the files each process opens is skipped"
 fi

@@ -642,9 +642,12 @@ inline transform_job dcp_job(std::string op, const std::filesystem::path& dir, c
   return transform_job(std::move(src), std::move(dst), std::move(targets), opts, std::move(op));
 }
 
-// The files of src_dir/rank_<r> for r in [0, ranks): every rank directory must exist.
+// The files of src_dir/rank_<r> for r in [0, ranks): every rank directory must exist. With
+// `only`, the files of those ranks alone are looked up (a directory listing each); the other
+// rank directories are only checked to exist (one stat each).
 inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem::path& src_dir, index_t ranks,
-                                                           const std::string& op, std::vector<std::string>& warnings) {
+                                                           const std::string& op, std::vector<std::string>& warnings,
+                                                           const std::set<index_t>* only = nullptr) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(src_dir, ec))
@@ -660,7 +663,7 @@ inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem
     if (!fs::is_directory(d, ec))
       report_error(op + ": " + d.string() + ": missing rank directory (the source has " + std::to_string(ranks) +
                    " rank" + (ranks == 1 ? "" : "s") + ": rank_0 .. rank_" + std::to_string(ranks - 1) + ")");
-    out.emplace(r, rank_file(d, op));
+    if (!only || only->count(r)) out.emplace(r, rank_file(d, op));
   }
   if (fs::is_directory(src_dir / ("rank_" + std::to_string(ranks)), ec))
     warnings.push_back(src_dir.string() + " has more rank directories than the source's " + std::to_string(ranks) +

@@ -307,25 +307,30 @@ inline void check_checkpoint_plan(const checkpoint_plan& p, const std::string& w
 }
 
 /// Splits the target ranks 0 .. bytes.size()-1 among `parts` workers, balanced by bytes
-/// (bytes[t]: what rank t gets): largest first (equal sizes: lower rank first), each to the
-/// worker with the fewest bytes so far (ties: the lower worker). Deterministic, so every process
-/// computes the same split. Each worker's ranks ascending; workers beyond the ranks get none.
+/// (bytes[t]: what rank t gets), each worker a contiguous run of ranks, in worker order: rank t
+/// goes to worker floor(parts * (B_t + bytes[t] / 2) / total), B_t the bytes of the ranks before
+/// t (the worker whose slice of [0, total) holds the middle of t's bytes; all bytes 0: every rank
+/// counts 1). So every worker's bytes differ from total / parts by less than the largest rank's
+/// (law E9 in docs/laws.md), and neighbouring targets, which read neighbouring source files,
+/// share a worker, which then opens fewer source files than a deal of the targets would give it
+/// (docs/scaling.md). Deterministic, so every process computes the same split. Each worker's ranks
+/// ascending; with fewer ranks than workers some get none.
 inline std::vector<std::vector<std::int64_t>> balance_targets(std::span<const std::uint64_t> bytes,
                                                               std::size_t parts) {
   if (parts == 0) report_error("balance_targets: parts is 0 (at least one worker is needed)");
-  std::vector<std::int64_t> order(bytes.size());
-  std::iota(order.begin(), order.end(), std::int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-    return bytes[static_cast<std::size_t>(a)] > bytes[static_cast<std::size_t>(b)];
-  });
+  __extension__ typedef unsigned __int128 wide;  // parts * 2 * total needs more than 64 bits
+  wide total = 0;
+  for (auto b : bytes) total += b;
+  const bool count = total == 0;  // no bytes: balanced by count
+  if (count) total = bytes.size();
   std::vector<std::vector<std::int64_t>> out(parts);
-  std::vector<std::uint64_t> load(parts, 0);
-  for (std::int64_t t : order) {
-    const auto w = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    out[w].push_back(t);
-    load[w] += bytes[static_cast<std::size_t>(t)];
+  wide before = 0;
+  for (std::size_t t = 0; t < bytes.size(); ++t) {
+    const wide b = count ? 1 : bytes[t];
+    const wide k = (2 * before + b) * parts / (2 * total);
+    out[static_cast<std::size_t>(std::min<wide>(k, parts - 1))].push_back(static_cast<std::int64_t>(t));
+    before += b;
   }
-  for (auto& v : out) std::sort(v.begin(), v.end());
   return out;
 }
 

@@ -1,5 +1,5 @@
 // reshard/io/plan_wire.hpp: a checkpoint plan as compact bytes, for handing it from one process
-// to others (reshard/mpi/transform.hpp sends each process its part this way). The JSON of
+// to others (reshard/mpi/transform.hpp did so before each process planned its own targets). The JSON of
 // to_json / plan_from_json (plan_file.hpp) is the form to keep and read; at many ranks it is
 // tens of megabytes of text whose parsing costs more than the run (docs/benchmarks.md), while
 // these bytes are written and read at memory speed.

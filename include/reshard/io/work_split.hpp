@@ -1,7 +1,10 @@
 // reshard/io/work_split.hpp: one transform split among workers (processes, machines). Sizes the
-// target ranks from the source headers (transform_target_bytes), balances them by bytes
-// (balance_targets), and runs one worker's share (transform_checkpoints_for_ranks, or
-// transform_job_for_ranks to step it in agreement with the others: reshard/mpi/transform.hpp).
+// target ranks (transform_stage_bytes: from one target per pipeline stage, reading a few source
+// indexes; transform_target_bytes: every target, reading the indexes of every source a target
+// reads), balances them by bytes in contiguous runs of ranks (balance_targets), and runs one
+// worker's share (transform_checkpoints_for_ranks, or transform_job_for_ranks to step it in
+// agreement with the others: reshard/mpi/transform.hpp), which opens only the source files
+// that share reads.
 #pragma once
 
 #include <reshard/error.hpp>
@@ -29,27 +32,91 @@ namespace reshard::io {
 // ---------------------------------------------------------------------------------------------
 // one transform split among workers (processes, machines): see reshard/mpi/transform.hpp
 
-/// The tensor bytes that transform_checkpoints(src_dir, ...) writes to each target rank (index =
-/// target rank): what the progress counts, without the files' framing; the bytes written of each
-/// target of the checkpoint plan (its preview: the sources' indexes, no tensor data).
-inline std::vector<std::uint64_t> transform_target_bytes(const std::filesystem::path& src_dir,
-                                                         const std::filesystem::path& src_strategy,
-                                                         const std::filesystem::path& dst_strategy) {
+namespace detail {
+
+// The transform_job of the targets `targets` (ranks of `dst`; their paths may be empty for a
+// preview), from a DCP checkpoint or a strategy's rank files. With a strategy, the shapes are
+// taken first from the source files these targets read (needed_sources), so that the job opens
+// only those (and the targets' base files).
+inline transform_job job_for_targets(const std::filesystem::path& src_dir, const std::filesystem::path& src_strategy,
+                                     strategy_layouts dst, std::vector<transform_target> targets,
+                                     const transform_options& opts) {
   const std::string op = "transform_checkpoints";
-  strategy_layouts dst(dst_strategy);
+  if (is_dcp_directory(src_dir))  // its chunks are its layout: no strategy, no shape hint
+    return detail::dcp_job(op, src_dir, src_strategy, std::move(dst), std::move(targets), opts);
+  strategy_layouts src(src_strategy);
+  std::set<index_t> hint;
+  bool hinted = false;
+  std::vector<std::int64_t> valid;
+  for (const auto& t : targets)
+    if (t.rank >= 0 && t.rank < dst.ranks()) valid.push_back(t.rank);
+  try {
+    hint = detail::needed_sources(valid, src, dst, partition::mode::tabulated);
+    hinted = true;
+  } catch (const reshard::error&) {
+    // a hint only: the engine reports what is wrong with the strategies
+  }
+  // the files of the ranks these targets read (every rank directory checked to exist): the
+  // senders the engine plans are those ranks (needed_sources), so the plan is the same
+  std::vector<std::string> warnings;
+  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings, hinted ? &hint : nullptr);
+  transform_job job(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, op,
+                    std::move(warnings));
+  job.set_shape_hint(std::move(hint));
+  return job;
+}
+
+// The tensor bytes each of the target ranks `ranks` gets: the preview of their plan (the
+// indexes of the source files they need; no tensor data).
+inline std::vector<std::uint64_t> preview_target_bytes(const std::filesystem::path& src_dir,
+                                                       const std::filesystem::path& src_strategy,
+                                                       const strategy_layouts& dst, std::span<const index_t> ranks,
+                                                       const transform_options& opts) {
+  transform_options o = opts;
+  o.progress = nullptr;
+  o.manifest.clear();
+  o.max_memory = 0;  // sizing only: no jobs are fitted
   std::vector<transform_target> targets;
-  for (index_t t = 0; t < dst.ranks(); ++t) targets.push_back({t, {}});
-  transform_job e = is_dcp_directory(src_dir)
-                        ? detail::dcp_job(op, src_dir, src_strategy, std::move(dst), std::move(targets), {})
-                        : [&] {
-                            strategy_layouts src(src_strategy);
-                            std::vector<std::string> warnings;
-                            auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
-                            return transform_job(std::move(src), std::move(dst), std::move(files), std::move(targets), {}, op);
-                          }();
+  for (index_t t : ranks) targets.push_back({t, {}});
+  transform_job e = job_for_targets(src_dir, src_strategy, dst, std::move(targets), o);
   e.preview();
   std::vector<std::uint64_t> out;
   for (const auto& t : e.plan().targets) out.push_back(totals_of(t).bytes_written);
+  return out;
+}
+
+}  // namespace detail
+
+/// The tensor bytes that transform_checkpoints(src_dir, ...) writes to each target rank (index =
+/// target rank): what the progress counts, without the files' framing; the bytes written of each
+/// target of the checkpoint plan (its preview: the indexes of every source file a target reads,
+/// no tensor data).
+inline std::vector<std::uint64_t> transform_target_bytes(const std::filesystem::path& src_dir,
+                                                         const std::filesystem::path& src_strategy,
+                                                         const std::filesystem::path& dst_strategy) {
+  strategy_layouts dst(dst_strategy);
+  std::vector<index_t> all;
+  for (index_t t = 0; t < dst.ranks(); ++t) all.push_back(t);
+  return detail::preview_target_bytes(src_dir, src_strategy, dst, all, {});
+}
+
+/// The sizes a split of a transform among workers is balanced by, without reading every
+/// source's index (what transform_target_bytes reads): each target rank is given the tensor
+/// bytes of the first rank of its pipeline stage (the preview of one target per stage: the
+/// indexes of the few source files those read). Exact when the ranks of a stage get equal
+/// slices (every dimension split evenly) and the same unlisted parameters, as a strategy's do;
+/// otherwise within the difference of a stage's slices. `opts`: its names and casts (which
+/// change what a target gets) are applied.
+inline std::vector<std::uint64_t> transform_stage_bytes(const std::filesystem::path& src_dir,
+                                                        const std::filesystem::path& src_strategy,
+                                                        const std::filesystem::path& dst_strategy,
+                                                        const transform_options& opts = {}) {
+  strategy_layouts dst(dst_strategy);
+  std::vector<index_t> firsts;  // the first rank of each stage
+  for (index_t t = 0; t < dst.ranks(); t += dst.stage_ranks()) firsts.push_back(t);
+  const auto sizes = detail::preview_target_bytes(src_dir, src_strategy, dst, firsts, opts);
+  std::vector<std::uint64_t> out(static_cast<std::size_t>(dst.ranks()));
+  for (index_t t = 0; t < dst.ranks(); ++t) out[static_cast<std::size_t>(t)] = sizes[static_cast<std::size_t>(dst.stage_of(t))];
   return out;
 }
 
@@ -61,29 +128,14 @@ inline transform_job transform_job_for_ranks(const std::filesystem::path& src_di
                                              std::span<const std::int64_t> ranks, const transform_options& opts = {}) {
   const std::string op = "transform_checkpoints";
   strategy_layouts dst(dst_strategy);
-  std::set<index_t> seen, hint;
+  std::set<index_t> seen;
   std::vector<transform_target> targets;
-  std::vector<std::int64_t> valid;
   for (std::int64_t t : ranks) {
     if (!seen.insert(t).second)
       report_error(op + ": ranks: target rank " + std::to_string(t) + " is listed twice");
     targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
-    if (t >= 0 && t < dst.ranks()) valid.push_back(t);
   }
-  if (is_dcp_directory(src_dir))  // its chunks are its layout: no strategy, no shape hint
-    return detail::dcp_job(op, src_dir, src_strategy, std::move(dst), std::move(targets), opts);
-  strategy_layouts src(src_strategy);
-  std::vector<std::string> warnings;
-  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings);
-  try {
-    hint = detail::needed_sources(valid, src, dst, partition::mode::tabulated);
-  } catch (const reshard::error&) {
-    // a hint only: the engine reports what is wrong with the strategies
-  }
-  transform_job job(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, op,
-                    std::move(warnings));
-  job.set_shape_hint(std::move(hint));
-  return job;
+  return detail::job_for_targets(src_dir, src_strategy, std::move(dst), std::move(targets), opts);
 }
 
 /// transform_checkpoints for the target ranks `ranks` only: writes

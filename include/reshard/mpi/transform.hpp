@@ -2,12 +2,14 @@
 // processes of an MPI communicator, e.g. `mpirun -n K reshard transform ...` (opt-in:
 // reshard::mpi and reshard::io).
 //
-// Process 0 makes the checkpoint plan of the whole transform (io::transform_job::check without
-// the CRC trailers: io/checkpoint_plan.hpp) and cuts it into one part per process as `reshard
-// execute --part I/K` does (io::plan_part: the targets dealt by bytes, largest first, to the
-// least loaded part); it sends each process its part as compact bytes (io/plan_wire.hpp), and
-// each runs it (io::plan_run), opening only the source files its part reads. The files are those of the one plan, so byte for byte those of
-// the one-process io::transform_checkpoints.
+// Every process sizes the targets from one target per pipeline stage (io::transform_stage_bytes:
+// the indexes of the few source files those read), splits them as `reshard execute --part I/K`
+// does (io::balance_targets: contiguous runs of target ranks, balanced by bytes), and plans,
+// checks and writes its own run (io::transform_job_for_ranks), opening only the source files its
+// targets read: no process reads every source's index, and neighbouring targets, which read
+// neighbouring sources, share a process. A target's plan does not depend on the other targets
+// planned beside it, so the files are byte for byte those of the one-process
+// io::transform_checkpoints.
 //
 // All or nothing, across processes. The processes agree (MPI_Allreduce of a verdict) three times:
 //   1. after every check (strategies, sources, CRC trailers, existing outputs): if any process
@@ -45,10 +47,8 @@
 #include <vector>
 
 #include "reshard/error.hpp"
-#include "reshard/io/execute.hpp"
 #include "reshard/io/manifest.hpp"
 #include "reshard/io/plan_file.hpp"
-#include "reshard/io/plan_wire.hpp"
 #include "reshard/io/summary.hpp"
 #include "reshard/io/strategy_layouts.hpp"
 #include "reshard/io/transform.hpp"
@@ -62,6 +62,11 @@ struct parallel_transform_options {
   /// io::transform_options::progress is in one process; that one is called on process 0 only,
   /// with the progress of all processes.
   std::function<void(const io::transform_progress&)> local_progress{};
+  /// The merged summary lists the tensors of every file written (written_file::tensors), as one
+  /// process's does. false: each file's path, size and digest only, which the processes gather
+  /// at a fraction of the cost (at 3072 files of 24 tensors, 0.9 of 2.7 s went to gathering the
+  /// tensors); with transform_options::manifest they are gathered anyway (the manifest lists them).
+  bool file_tensors = true;
 };
 
 /// What a transform split among processes did: the sums over all processes (source_files and
@@ -121,42 +126,6 @@ inline std::vector<std::string> allgather_text(MPI_Comm comm, const std::string&
   for (int p = 0; p < size; ++p)
     out.push_back(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(p)]),
                              static_cast<std::size_t>(lens[static_cast<std::size_t>(p)])));
-  return out;
-}
-
-// Process 0's parts[k] on process k (collective; `parts` is used on process 0 only): the sizes
-// scattered, then each part sent in pieces of at most 1 GiB, waiting without spinning.
-inline std::string scatter_parts(MPI_Comm comm, std::vector<std::string>& parts) {
-  int me = 0, size = 1;
-  check_mpi(MPI_Comm_rank(comm, &me), transform_op, "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(comm, &size), transform_op, "MPI_Comm_size");
-  std::vector<std::uint64_t> sizes;
-  if (me == 0)
-    for (const auto& p : parts) sizes.push_back(p.size());
-  std::uint64_t mine = 0;
-  check_mpi(MPI_Scatter(sizes.data(), 1, MPI_UINT64_T, &mine, 1, MPI_UINT64_T, 0, comm), transform_op, "MPI_Scatter");
-  constexpr std::size_t piece = std::size_t{1} << 30;
-  if (me == 0) {
-    for (int k = 1; k < size; ++k) {
-      const std::string& p = parts[static_cast<std::size_t>(k)];
-      for (std::size_t at = 0; at < p.size(); at += piece) {
-        MPI_Request request = MPI_REQUEST_NULL;
-        check_mpi(MPI_Isend(p.data() + at, static_cast<int>(std::min(piece, p.size() - at)), MPI_CHAR, k, 0, comm,
-                            &request),
-                  transform_op, "MPI_Isend");
-        wait_idle(request);
-      }
-    }
-    return std::move(parts.front());
-  }
-  std::string out(static_cast<std::size_t>(mine), '\0');
-  for (std::size_t at = 0; at < out.size(); at += piece) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    check_mpi(MPI_Irecv(out.data() + at, static_cast<int>(std::min(piece, out.size() - at)), MPI_CHAR, 0, 0, comm,
-                        &request),
-              transform_op, "MPI_Irecv");
-    wait_idle(request);
-  }
   return out;
 }
 
@@ -352,11 +321,11 @@ class progress_relay {
 // The summaries of all processes merged (io::merge_summaries: every field; `elapsed` is this
 // process's wall time), the same on every process: each process's summary travels as the
 // library's JSON of it (io::to_json, with the tensors of the files written).
-inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed) {
+inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed, io::summary_detail level) {
   io::transform_summary mine = s.local;
   mine.seconds = elapsed;
   std::vector<io::transform_summary> parts;
-  for (const auto& text : allgather_text(comm, io::to_json(mine, io::summary_detail::tensors).dump()))
+  for (const auto& text : allgather_text(comm, io::to_json(mine, level).dump()))
     parts.push_back(io::summary_from_json(nlohmann::json::parse(text)));
   static_cast<io::transform_summary&>(s) = io::merge_summaries(parts);
 }
@@ -384,81 +353,56 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
     reshard::report_error(std::string(transform_op) + ": dry_run is not supported across processes; preview with "
                      "io::transform_checkpoints in one process (the plan does not depend on the processes)");
 
-  // 1. process 0 makes the checkpoint plan of the whole transform (every check that needs no
-  //    tensor data; the CRC trailers are left to the processes that read each file) and deals
-  //    its targets among the processes as `reshard execute --part I/K` does (io::plan_part)
-  std::vector<std::string> parts;  // process 0: each process's part, as io::plan_to_bytes
-  std::uint64_t head[3] = {0, 0, opts.progress ? 1u : 0u};  // targets, tensor bytes written, progress
-  std::vector<std::int64_t> deal;  // per target of the plan: its rank and its process
-  {
-    int verdict = 0;
-    std::string message;
-    if (me == 0) {
-      try {
-        io::transform_options po = opts;
-        po.verify_crc = false;
-        po.progress = nullptr;
-        std::vector<std::int64_t> all;
-        const io::strategy_layouts dst(dst_strategy);
-        for (index_t t = 0; t < dst.ranks(); ++t) all.push_back(t);
-        io::transform_job job = io::transform_job_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, all, po);
-        job.check();
-        const io::checkpoint_plan& plan = job.plan();
-        const auto part_of = io::plan_part_of_targets(plan, static_cast<std::size_t>(size));
-        for (std::size_t i = 0; i < plan.targets.size(); ++i)
-          deal.push_back(plan.targets[i].rank), deal.push_back(static_cast<std::int64_t>(part_of[i]));
-        head[0] = plan.targets.size();
-        head[1] = plan.bytes_written;
-        for (int k = 0; k < size; ++k)
-          parts.push_back(io::plan_to_bytes(io::plan_part(plan, part_of, static_cast<std::size_t>(k))));
-      } catch (...) {
-        std::tie(verdict, message) = detail::verdict_of(std::current_exception());
-      }
-    }
-    agree(comm, verdict, message);
-  }
-  check_mpi(MPI_Bcast(head, 3, MPI_UINT64_T, 0, comm), transform_op, "MPI_Bcast");
-  deal.resize(static_cast<std::size_t>(2 * head[0]));
-  check_mpi(MPI_Bcast(deal.data(), static_cast<int>(deal.size()), MPI_INT64_T, 0, comm), transform_op, "MPI_Bcast");
+  // 1. every process sizes the targets from one target per pipeline stage (a few source
+  //    indexes: io::transform_stage_bytes), splits them as `reshard execute --part I/K` does
+  //    (io::balance_targets: contiguous runs of ranks balanced by bytes), and plans and checks
+  //    its own run of targets only (io::transform_job_for_ranks: it opens the source files those
+  //    targets read, and no other)
   parallel_transform_summary s;
-  s.shares.resize(static_cast<std::size_t>(size));
-  for (std::size_t i = 0; i < deal.size(); i += 2) s.shares[static_cast<std::size_t>(deal[i + 1])].push_back(deal[i]);
-  for (auto& share : s.shares) std::sort(share.begin(), share.end());
-
-  // 2. each process gets its part and runs it, stepped in agreement with the others: after the
-  //    checks, after writing (staged), after renaming
-  const io::checkpoint_plan part =
-      io::plan_from_bytes(detail::scatter_parts(comm, parts), std::string(transform_op) + ": the plan of process 0");
-  parts.clear();
-  detail::progress_relay relay(comm, head[2] != 0, head[1], static_cast<std::size_t>(head[0]),
-                               me == 0 ? opts.progress : nullptr);
   int reached = 0;  // agreements this process has taken part in
-  io::execute_options eo;
-  eo.force = opts.force;
-  eo.sync = opts.sync;
-  eo.verify_crc = opts.verify_crc;
+  io::transform_options o = opts;
   // the manifest lists every process's files: written once, by process 0, after the combine (the
-  // processes compute the digests)
-  eo.digests = opts.digests || !opts.manifest.empty();
-  eo.jobs = part.jobs;  // as one process would run (the asked jobs, or fitted to max_memory)
-  eo.buffer_bytes = part.buffer_bytes;
-  eo.reads = opts.reads;
-  eo.max_memory = opts.max_memory;
-  eo.progress = [&](const io::transform_progress& p) {
+  // processes' jobs compute the digests)
+  o.digests = opts.digests || !opts.manifest.empty();
+  o.manifest.clear();
+  std::optional<detail::progress_relay> relay;
+  o.progress = [&](const io::transform_progress& p) {
     if (popts.local_progress) popts.local_progress(p);
-    relay.local(p);
+    if (relay) relay->local(p);
   };
+  std::optional<io::transform_job> job;
+  // this process's targets and tensor bytes, then everyone's; whether process 0 shows progress
+  std::uint64_t counts[3] = {0, 0, me == 0 && opts.progress ? 1u : 0u};
   try {
-    std::optional<io::plan_run> run;
-    if (!part.targets.empty()) run.emplace(part, eo, std::string(transform_op));
-    if (run) run->check();
+    std::vector<std::uint64_t> sizes;
+    try {
+      sizes = io::transform_stage_bytes(src_dir, src_strategy, dst_strategy, opts);
+    } catch (const reshard::error&) {
+      // sizes are a hint: split by count, and let the jobs report what is wrong (as one
+      // process would, for the targets that meet it)
+      sizes.assign(static_cast<std::size_t>(io::strategy_layouts(dst_strategy).ranks()), 0);
+    }
+    s.shares = io::balance_targets(sizes, static_cast<std::size_t>(size));
+    const std::vector<std::int64_t>& mine = s.shares[static_cast<std::size_t>(me)];
+    if (!mine.empty()) {
+      job.emplace(io::transform_job_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, mine, o));
+      job->check();
+      counts[0] = job->plan().targets.size();
+      counts[1] = job->plan().bytes_written;
+    }
     reached = 1;
     agree(comm, 0, {});
-    if (run) run->stage();
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, counts, 3, MPI_UINT64_T, MPI_SUM, comm), transform_op, "MPI_Allreduce");
+    relay.emplace(comm, counts[2] != 0, counts[1], static_cast<std::size_t>(counts[0]),
+                  me == 0 ? opts.progress : nullptr);
+
+    // 2. each process writes its targets, stepped in agreement with the others: after writing
+    //    (staged), after renaming
+    if (job) job->stage();
     reached = 2;
-    relay.finish();
+    relay->finish();
     agree(comm, 0, {});
-    if (run) s.local = run->commit();
+    if (job) s.local = job->commit();
     reached = 3;
     agree(comm, 0, {});
   } catch (const detail::agreed_error&) {
@@ -468,15 +412,16 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   } catch (...) {
     const auto [verdict, message] = detail::verdict_of(std::current_exception());
     // take part in the agreement the others are waiting at, and in none after it
-    if (reached >= 1) relay.finish();
+    if (reached >= 1 && relay) relay->finish();
     agree(comm, verdict, message);
     throw;  // not reached: agree throws on a verdict other than 0
   }
 
-  detail::combine(comm, s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  detail::combine(comm, s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                  popts.file_tensors || !opts.manifest.empty() ? io::summary_detail::tensors : io::summary_detail::files);
   s.outputs.clear();  // by target rank, as one process lists them
-  for (std::size_t i = 0; i < deal.size(); i += 2)
-    s.outputs.push_back(io::rank_checkpoint_path(dst_dir, prefix, deal[i], opts.format));
+  for (const auto& share : s.shares)
+    for (std::int64_t t : share) s.outputs.push_back(io::rank_checkpoint_path(dst_dir, prefix, t, opts.format));
   // the files written in the order of the outputs (a Hugging Face shard by its directory); a
   // lookup table, not a search per comparison (that was quadratic in the targets)
   std::unordered_map<std::string, std::size_t> position;
