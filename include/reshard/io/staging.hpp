@@ -39,6 +39,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -83,26 +84,19 @@ class staged_outputs {
   /// Creates the missing parent directories of the files staged since the last call (removed
   /// again by discard() while they hold no output), and removes the temporaries that killed runs
   /// left for them.
+  /// One mkdir per new directory (and a stat per one that exists), one scan per directory that
+  /// existed before: a directory this run made holds no temporaries.
   void prepare() {
     const std::size_t from = prepared_;
     prepared_ = files_.size();
+    std::map<std::filesystem::path, bool> dirs;  // each directory: whether it existed before
+    std::map<std::filesystem::path, std::vector<std::string>> names;  // old directory: its outputs
     for (std::size_t i = from; i < files_.size(); ++i) {
-      const file& f = files_[i];
-      std::vector<std::filesystem::path> missing;
-      for (auto d = f.final.parent_path(); !d.empty(); d = d.parent_path()) {
-        std::error_code ec;
-        if (std::filesystem::exists(d, ec)) break;
-        missing.push_back(d);
-        if (d == d.parent_path()) break;
-      }
-      for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-        std::error_code ec;
-        if (!std::filesystem::create_directory(*it, ec) && ec)
-          report_error(op_ + ": cannot create directory " + it->string() + ": " + ec.message());
-        created_dirs_.push_back(*it);
-      }
+      const auto dir = files_[i].final.parent_path();
+      if (!dir.empty() && !make_directory(dir, dirs)) continue;
+      names[dir].push_back(files_[i].final.filename().string());
     }
-    for (std::size_t i = from; i < files_.size(); ++i) detail::remove_stale_temporaries(files_[i].final);
+    for (const auto& [dir, files] : names) detail::remove_stale_temporaries(dir, files);
     for (const auto& d : hf_dirs_) {  // the swap directories killed runs left beside them
       std::error_code ec;
       if (const auto dir = std::filesystem::canonical(d, ec); !ec)
@@ -304,6 +298,24 @@ class staged_outputs {
       if (sync_) detail::fsync_directory(dst);
     }
     return {};
+  }
+
+  // Makes directory `d` and its missing parents, remembered (in created_dirs_, parents first)
+  // for discard(); `known` holds the directories seen so far: whether each existed before. An
+  // existing path that is not a directory is left for the file's creation to fail on (as
+  // std::filesystem::exists, which this replaces, would). Returns whether `d` existed.
+  bool make_directory(const std::filesystem::path& d, std::map<std::filesystem::path, bool>& known) {
+    if (const auto hit = known.find(d); hit != known.end()) return hit->second;
+    int err = ::mkdir(d.c_str(), 0777) == 0 ? 0 : errno;
+    if (err == ENOENT && d.has_parent_path() && d.parent_path() != d) {  // a parent is missing
+      make_directory(d.parent_path(), known);
+      err = ::mkdir(d.c_str(), 0777) == 0 ? 0 : errno;
+    }
+    struct ::stat st {};
+    if (err == EEXIST && ::stat(d.c_str(), &st) == 0) return known[d] = true;
+    if (err != 0) report_error(op_ + ": cannot create directory " + d.string() + ": " + std::strerror(err));
+    created_dirs_.push_back(d);
+    return known[d] = false;
   }
 
   // "<what>: <errno's text>", for the call that just failed.
