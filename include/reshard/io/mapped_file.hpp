@@ -276,14 +276,15 @@ inline std::size_t remove_stale_temporaries(const std::filesystem::path& directo
     std::vector<std::string> stale;
     while (const ::dirent* e = ::readdir(d)) {
       const std::string_view name(e->d_name);
-      std::size_t end = 0;  // the prefix this name has: it ends at one of its markers
-      for (auto at = name.find(temp_marker()); at != std::string_view::npos && end == 0; at = name.find(temp_marker(), at + 1))
-        if (std::binary_search(prefixes.begin(), prefixes.end(), name.substr(0, at + temp_marker().size())))
-          end = at + temp_marker().size();
-      if (end == 0 || name.size() <= end) continue;
-      const long long pid = temporary_pid(name.substr(end));
-      if (pid < 0 || process_alive(pid)) continue;
-      stale.emplace_back(name);
+      // stale for any destination whose prefix it has (each prefix ends at one of its markers)
+      for (auto at = name.find(temp_marker()); at != std::string_view::npos; at = name.find(temp_marker(), at + 1)) {
+        const std::size_t end = at + temp_marker().size();
+        if (name.size() <= end || !std::binary_search(prefixes.begin(), prefixes.end(), name.substr(0, end))) continue;
+        const long long pid = temporary_pid(name.substr(end));
+        if (pid < 0 || process_alive(pid)) continue;
+        stale.emplace_back(name);
+        break;
+      }
     }
     ::closedir(d);
     for (const auto& name : stale) {
