@@ -84,8 +84,8 @@ class staged_outputs {
   /// Creates the missing parent directories of the files staged since the last call (removed
   /// again by discard() while they hold no output), and removes the temporaries that killed runs
   /// left for them.
-  /// One mkdir per new directory (and a stat per one that exists), one scan per directory that
-  /// existed before: a directory this run made holds no temporaries.
+  /// A stat per directory (none in a directory this run made) and a mkdir per new one; one scan
+  /// per directory that existed before (a directory this run made holds no temporaries).
   void prepare() {
     const std::size_t from = prepared_;
     prepared_ = files_.size();
@@ -301,19 +301,23 @@ class staged_outputs {
   }
 
   // Makes directory `d` and its missing parents, remembered (in created_dirs_, parents first)
-  // for discard(); `known` holds the directories seen so far: whether each existed before. An
-  // existing path that is not a directory is left for the file's creation to fail on (as
-  // std::filesystem::exists, which this replaces, would). Returns whether `d` existed.
+  // for discard(); `known` holds the directories seen so far: whether each existed before. A
+  // path that exists is used as it is (not a directory: the file's creation fails on it); one
+  // in a directory made by this run is made without a stat first. Returns whether `d` existed.
   bool make_directory(const std::filesystem::path& d, std::map<std::filesystem::path, bool>& known) {
     if (const auto hit = known.find(d); hit != known.end()) return hit->second;
-    int err = ::mkdir(d.c_str(), 0777) == 0 ? 0 : errno;
-    if (err == ENOENT && d.has_parent_path() && d.parent_path() != d) {  // a parent is missing
-      make_directory(d.parent_path(), known);
-      err = ::mkdir(d.c_str(), 0777) == 0 ? 0 : errno;
-    }
+    const auto parent = d.parent_path();
+    const bool has_parent = !parent.empty() && parent != d;
+    const auto p = has_parent ? known.find(parent) : known.end();
+    const bool in_new = p != known.end() && !p->second;  // d cannot exist yet
     struct ::stat st {};
-    if (err == EEXIST && ::stat(d.c_str(), &st) == 0) return known[d] = true;
-    if (err != 0) report_error(op_ + ": cannot create directory " + d.string() + ": " + std::strerror(err));
+    if (!in_new && ::stat(d.c_str(), &st) == 0) return known[d] = true;
+    if (!in_new && has_parent) make_directory(parent, known);
+    if (::mkdir(d.c_str(), 0777) != 0) {
+      const int err = errno;
+      if (err == EEXIST && ::stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return known[d] = true;
+      report_error(op_ + ": cannot create directory " + d.string() + ": " + std::strerror(err));
+    }
     created_dirs_.push_back(d);
     return known[d] = false;
   }
