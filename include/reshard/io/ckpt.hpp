@@ -371,6 +371,8 @@ class ckpt_file {
   bool has_crc() const noexcept { return index_.crc; }
   /// The whole file.
   std::span<const std::byte> bytes() const noexcept { return file_.bytes(); }
+  /// The file's identity and modification time when it was opened.
+  const file_status& status() const noexcept { return file_.status(); }
 
   /// The parameter `name`, or nullptr.
   const ckpt_entry* find(std::string_view name) const {

@@ -110,6 +110,7 @@ class mapped_file {
       : path_(std::move(path)) {
     const input_file in(path_, context);  // a regular file, or an error naming what it is
     size_ = in.size();
+    status_ = in.status();
     if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, in.fd(), 0);
       if (p == MAP_FAILED) detail::report_errno(context, path_, "cannot map", errno);
@@ -126,13 +127,15 @@ class mapped_file {
   mapped_file(const mapped_file&) = delete;
   mapped_file& operator=(const mapped_file&) = delete;
   mapped_file(mapped_file&& o) noexcept
-      : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+      : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+        status_(o.status_) {}
   mapped_file& operator=(mapped_file&& o) noexcept {
     if (this != &o) {
       unmap();
       path_ = std::move(o.path_);
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
+      status_ = o.status_;
     }
     return *this;
   }
@@ -141,6 +144,8 @@ class mapped_file {
   const std::filesystem::path& path() const noexcept { return path_; }
   std::uint64_t size() const noexcept { return size_; }
   std::span<const std::byte> bytes() const noexcept { return {data_, static_cast<std::size_t>(size_)}; }
+  /// The file's identity and modification time when it was mapped (input_file::status).
+  const file_status& status() const noexcept { return status_; }
 
  private:
   void unmap() noexcept {
@@ -155,6 +160,7 @@ class mapped_file {
   std::filesystem::path path_;
   const std::byte* data_ = nullptr;
   std::uint64_t size_ = 0;
+  file_status status_;
 };
 
 namespace detail {
