@@ -1,6 +1,7 @@
 // Tests of reshard/io/ckpt.hpp: the spec's golden encodings both ways, round trips as
 // properties, cross-checks with protobuf's Python library, every malformed input and the
 // writer's atomicity.
+#include <reshard/io/checkpoint.hpp>
 #include <reshard/io/ckpt.hpp>
 
 #include "io_test_util.hpp"
@@ -13,6 +14,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <sys/stat.h>
 
 using namespace reshard::io;
 using namespace reshard_test;
@@ -38,6 +41,24 @@ void write_golden_pair(const fs::path& path, ckpt_write_options opts = {}) {
   w.write("global_step", dtype::int64, {}, step_content());
   w.commit();
 }
+
+}  // namespace
+
+// A ckpt source's size, identity and modification time come from the fstat of its opening (no
+// second stat): they equal what stat says of the file.
+TEST(ckpt_file, a_reader_takes_the_files_identity_from_its_opening) {
+  temp_dir dir;
+  write_golden_pair(dir / "a.ckpt");
+  struct ::stat st {};
+  ASSERT_EQ(::stat((dir / "a.ckpt").c_str(), &st), 0);
+  const checkpoint_reader rd(dir / "a.ckpt");
+  EXPECT_EQ(rd.file_size(), static_cast<std::uint64_t>(st.st_size));
+  EXPECT_EQ(rd.file_id(), (std::pair<dev_t, ino_t>{st.st_dev, st.st_ino}));
+  EXPECT_EQ(rd.mtime_ns(), static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec);
+  EXPECT_EQ(rd.entries().size(), 2u);
+}
+
+namespace {
 
 // Hand-built wire data for malformed files.
 std::string varint(std::uint64_t v) {

@@ -55,6 +55,30 @@ TEST(mapped_file, moves_keep_the_bytes_in_place) {
   EXPECT_EQ(h.size(), 6u);
 }
 
+// status(): what fstat said of the file that was opened (its identity and modification time),
+// kept through moves, and still that file's after another is renamed over the path.
+TEST(mapped_file, status_is_the_opened_files_identity_and_mtime) {
+  temp_dir dir;
+  write_text(dir / "a", "abcdef");
+  struct ::stat st {};
+  ASSERT_EQ(::stat((dir / "a").c_str(), &st), 0);
+  mapped_file f(dir / "a");
+  EXPECT_EQ(f.status().dev, st.st_dev);
+  EXPECT_EQ(f.status().ino, st.st_ino);
+  EXPECT_EQ(f.status().mtime_ns, static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec);
+  const input_file in(dir / "a");
+  EXPECT_EQ(in.status().ino, st.st_ino);
+  write_text(dir / "b", "other");
+  fs::rename(dir / "b", dir / "a");  // the path now names another file
+  const mapped_file g(std::move(f));
+  EXPECT_EQ(g.status().ino, st.st_ino);
+  EXPECT_EQ(g.status().dev, st.st_dev);
+  mapped_file h;
+  EXPECT_EQ(h.status().ino, 0u);
+  h = mapped_file(dir / "a");
+  EXPECT_NE(h.status().ino, st.st_ino);
+}
+
 TEST(mapped_file, errors_name_the_path_and_errno_text) {
   temp_dir dir;
   const auto missing = (dir / "missing.ckpt").string();

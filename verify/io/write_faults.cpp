@@ -347,6 +347,54 @@ TEST(stale_temporaries, the_swap_directories_of_dead_processes_go_with_their_con
     EXPECT_FALSE(detail::is_temporary_name(name)) << name;
 }
 
+// One scan of a directory for several destinations removes what a scan per destination would,
+// including the temporaries of a destination that is itself a temporary (a staged output's).
+TEST(stale_temporaries, one_scan_for_several_destinations_removes_what_one_scan_each_would) {
+  const std::string dead = std::to_string(dead_pid());
+  const std::string self = std::to_string(::getpid());
+  const std::string part = "c.ckpt.reshard-" + self + ".4.part";  // a staged output of this process
+  const std::vector<std::string> names{
+      "a.ckpt", "a.ckpt.reshard-" + dead + ".0.tmp", "a.ckpt.reshard-" + self + ".1.tmp",
+      "b.ckpt.reshard-" + dead + ".7.part", "b.ckpt.reshard-" + dead + ".7.part.reshard-" + dead + ".2.tmp",
+      part, part + ".reshard-" + dead + ".9.tmp", part + ".reshard-" + self + ".9.tmp",
+      "ab.ckpt.reshard-" + dead + ".0.tmp", "a.ckpt.reshard-x.0.tmp", "other.reshard-" + dead + ".1.tmp"};
+  const std::vector<std::vector<std::string>> destination_sets{
+      {"a.ckpt"}, {"a.ckpt", "b.ckpt"}, {"b.ckpt", part}, {"c.ckpt", part}, {"a.ckpt", "b.ckpt", part, "ab.ckpt", "zz"}, {}};
+  for (const auto& dests : destination_sets) {
+    temp_dir one, each;
+    for (const auto& n : names) write_text(one / n, "x"), write_text(each / n, "x");
+    std::size_t removed_each = 0;
+    for (const auto& d : dests) removed_each += detail::remove_stale_temporaries(each / d);
+    EXPECT_EQ(detail::remove_stale_temporaries(one.path(), dests), removed_each);
+    EXPECT_EQ(one.files(), each.files());
+  }
+  temp_dir dir;  // the counts, once
+  for (const auto& n : names) write_text(dir / n, "x");
+  const std::vector<std::string> all{"a.ckpt", "b.ckpt", part};
+  EXPECT_EQ(detail::remove_stale_temporaries(dir.path(), all), 4u);
+  EXPECT_EQ(dir.files().size(), names.size() - 4);
+}
+
+// A staged output's name is a temporary of this process: its writer scans for no stale
+// temporaries (nothing dead can have left any under a name holding this pid); any other
+// destination is scanned.
+TEST(stale_temporaries, a_destination_named_for_this_process_is_its_own) {
+  const std::string self = std::to_string(::getpid());
+  EXPECT_TRUE(detail::own_temporary(fs::path("d") / ("x.ckpt.reshard-" + self + ".3.part")));
+  EXPECT_FALSE(detail::own_temporary(fs::path("d") / ("x.ckpt.reshard-" + std::to_string(dead_pid()) + ".3.part")));
+  EXPECT_FALSE(detail::own_temporary(fs::path("d") / "x.ckpt"));
+  EXPECT_FALSE(detail::own_temporary(fs::path("x.reshard-" + self + ".3.part") / "x.ckpt"));  // the directory's
+  EXPECT_EQ(detail::own_pid(), ::getpid());
+  const auto r = in_child([&]() -> std::string {  // a forked child asks again
+    return std::to_string(detail::own_pid()) + " " + std::to_string(::getpid());
+  });
+  ASSERT_TRUE(r.exited(0)) << r.status;
+  const auto space = r.text.find(' ');
+  ASSERT_NE(space, std::string::npos) << r.text;
+  EXPECT_EQ(r.text.substr(0, space), r.text.substr(space + 1));
+  EXPECT_NE(r.text.substr(0, space), self);
+}
+
 TEST(stale_temporaries, a_writer_removes_them_when_it_starts) {
   temp_dir dir;
   const std::string dead = std::to_string(dead_pid());

@@ -213,8 +213,15 @@ class checkpoint_reader {
     }
     by_name_.reserve(entries_.size());
     for (std::size_t i = 0; i < entries_.size(); ++i) by_name_.emplace(entries_[i].name, i);
-    struct ::stat st {};  // one stat: the size, the modification time and the file's identity
-    if (::stat(path_ref().c_str(), &st) == 0) {
+    // the size, the modification time and the file's identity: of a ckpt file what fstat said
+    // when it was opened to be mapped, of the others one stat
+    struct ::stat st {};
+    if (ckpt_) {
+      const file_status& f = ckpt_->status();
+      file_size_ = ckpt_->bytes().size();
+      id_ = {f.dev, f.ino};
+      mtime_ns_ = f.mtime_ns;
+    } else if (::stat(path_ref().c_str(), &st) == 0) {
       file_size_ = static_cast<std::uint64_t>(st.st_size);
       id_ = {st.st_dev, st.st_ino};
       mtime_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;

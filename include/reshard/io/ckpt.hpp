@@ -371,6 +371,8 @@ class ckpt_file {
   bool has_crc() const noexcept { return index_.crc; }
   /// The whole file.
   std::span<const std::byte> bytes() const noexcept { return file_.bytes(); }
+  /// The file's identity and modification time when it was opened.
+  const file_status& status() const noexcept { return file_.status(); }
 
   /// The parameter `name`, or nullptr.
   const ckpt_entry* find(std::string_view name) const {
@@ -415,6 +417,8 @@ class ckpt_writer {
   }
 
   const std::filesystem::path& path() const noexcept { return out_.destination(); }
+  /// The bytes written so far (after commit(): the file's size).
+  std::uint64_t size() const noexcept { return out_.size(); }
 
   /// Writes tensor `name` whose content is `content`.
   void write(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::span<const std::byte> content) {

@@ -524,10 +524,14 @@ class transform_job {
 
   // -- outputs: none is a source, none exists unless `force` (check_output_paths, execute.hpp)
   void check_outputs() {
-    const auto sources = source_inodes(catalogue_.files());
     std::vector<output_path> outputs;
     for (const auto& t : targets_) outputs.push_back({t.path, hf_target()});
-    if (!opts_.manifest.empty()) {  // again in stage(), against the files of Hugging Face targets too
+    if (opts_.manifest.empty()) {  // the sources stat'ed only if an output exists
+      check_output_paths(outputs, catalogue_.files(), opts_.force, op_);
+      return;
+    }
+    const auto sources = source_inodes(catalogue_.files());
+    {  // again in stage(), against the files of Hugging Face targets too
       std::vector<std::filesystem::path> files, hf_dirs;
       for (const auto& t : targets_) (hf_target() ? hf_dirs : files).push_back(t.path);
       check_manifest_path(opts_.manifest, sources, files, hf_dirs, opts_.force, op_);
@@ -594,11 +598,17 @@ class transform_job {
 
 // The checkpoint file of `rank_dir`: the last *.ckpt or *.safetensors file in name order
 // (MindSpore's rule), hidden files and staged outputs skipped; with none, the one Hugging Face
-// checkpoint directory in it (a rank written with --format hf).
-inline std::filesystem::path rank_file(const std::filesystem::path& rank_dir, const std::string& op) {
+// checkpoint directory in it (a rank written with --format hf). `missing`: called first when
+// rank_dir cannot be listed and is no directory (it reports that).
+inline std::filesystem::path rank_file(const std::filesystem::path& rank_dir, const std::string& op,
+                                       const std::function<void()>& missing = {}) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::directory_iterator it(rank_dir, ec);
+  if (ec && missing) {
+    std::error_code dir_ec;
+    if (!fs::is_directory(rank_dir, dir_ec)) missing();
+  }
   if (ec) report_error(op + ": source rank directory " + rank_dir.string() + " cannot be listed: " + ec.message());
   std::vector<fs::path> files, hf_dirs;
   for (const auto& e : it) {
@@ -660,10 +670,14 @@ inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem
   }
   for (index_t r = 0; r < ranks; ++r) {
     const fs::path d = src_dir / ("rank_" + std::to_string(r));
-    if (!fs::is_directory(d, ec))
+    const auto missing = [&] {  // (asked only when d cannot be listed: one stat a rank fewer)
       report_error(op + ": " + d.string() + ": missing rank directory (the source has " + std::to_string(ranks) +
                    " rank" + (ranks == 1 ? "" : "s") + ": rank_0 .. rank_" + std::to_string(ranks - 1) + ")");
-    if (!only || only->count(r)) out.emplace(r, rank_file(d, op));
+    };
+    if (!only || only->count(r))
+      out.emplace(r, rank_file(d, op, missing));
+    else if (!fs::is_directory(d, ec))
+      missing();
   }
   if (fs::is_directory(src_dir / ("rank_" + std::to_string(ranks)), ec))
     warnings.push_back(src_dir.string() + " has more rank directories than the source's " + std::to_string(ranks) +

@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -119,13 +120,15 @@ struct output_path {
 /// No output may be a source (compared by device and inode), and none may exist unless `force`;
 /// a Hugging Face directory may exist (with config files) but not hold a checkpoint unless
 /// `force`, nor be a file. One stat or two per output. Errors follow `op`.
+/// `source_nodes()` gives the sources' identities; it is called for the first output that exists.
 inline void check_output_paths(const std::vector<output_path>& outputs,
-                               const source_node_map& sources, bool force,
+                               const std::function<const source_node_map&()>& source_nodes, bool force,
                                const std::string& op) {
   for (const auto& o : outputs) {
     struct ::stat st {};
     if (o.hf) {
       if (::stat(o.path.c_str(), &st) != 0) continue;
+      const source_node_map& sources = source_nodes();
       const auto hit = sources.find({st.st_dev, st.st_ino});
       if (hit != sources.end())
         report_error(op + ": output directory " + o.path.string() + " is the source of rank " +
@@ -139,6 +142,7 @@ inline void check_output_paths(const std::vector<output_path>& outputs,
     }
     if (::lstat(o.path.c_str(), &st) != 0) continue;  // absent: the usual case
     if (::stat(o.path.c_str(), &st) == 0) {
+      const source_node_map& sources = source_nodes();
       const auto hit = sources.find({st.st_dev, st.st_ino});
       if (hit != sources.end())
         report_error(op + ": output " + o.path.string() + " is the source file of rank " +
@@ -146,6 +150,21 @@ inline void check_output_paths(const std::vector<output_path>& outputs,
     }
     if (!force) report_error(op + ": " + o.path.string() + " exists (pass force / --force to replace it)");
   }
+}
+inline void check_output_paths(const std::vector<output_path>& outputs, const source_node_map& sources, bool force,
+                               const std::string& op) {
+  check_output_paths(outputs, [&sources]() -> const source_node_map& { return sources; }, force, op);
+}
+/// The same with the source files `files`, stat'ed only when an output exists (the usual run
+/// finds none: no stat of the sources at all).
+inline void check_output_paths(const std::vector<output_path>& outputs,
+                               const std::map<index_t, std::filesystem::path>& files, bool force,
+                               const std::string& op) {
+  std::optional<source_node_map> nodes;
+  check_output_paths(outputs, [&]() -> const source_node_map& {
+    if (!nodes) nodes = source_inodes(files);
+    return *nodes;
+  }, force, op);
 }
 
 /// Checks the crc_num trailers of `sources` on `jobs` threads, streaming each file in windows of
@@ -159,14 +178,20 @@ inline void verify_source_crcs(const std::vector<const checkpoint_reader*>& sour
 }
 
 /// The summary's fields about the source files read: their count, total size and filesystems
-/// (one statfs each, filesystem_name; distinct names, comma-separated).
+/// (filesystem_name: one statfs per device; distinct names, comma-separated).
 inline void describe_sources(transform_summary& s, const std::vector<const checkpoint_reader*>& read) {
   s.source_files = read.size();
   s.source_bytes = 0;
   std::set<std::string> kinds;
+  std::set<dev_t> devices;  // asked already (a file of unknown identity, {0, 0}, is always asked)
   for (const checkpoint_reader* rd : read) {
     s.source_bytes += rd->file_size();
-    kinds.insert(filesystem_name(rd->path()));
+    const auto [dev, ino] = rd->file_id();
+    if (dev == 0 && ino == 0) {
+      kinds.insert(filesystem_name(rd->path()));
+    } else if (devices.insert(dev).second) {
+      kinds.insert(filesystem_name(rd->path()));
+    }
   }
   s.source_filesystem.clear();
   for (const auto& k : kinds) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + k;

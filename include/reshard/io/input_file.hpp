@@ -96,6 +96,13 @@ inline void pread_exact(int fd, std::span<std::byte> out, std::uint64_t offset,
 /// opened with O_NONBLOCK (cleared once it is known to be a regular file) and refused, with an
 /// error naming it and what it is, when it is a FIFO, a socket, a directory or a device.
 /// Move-only; the descriptor is closed by the destructor unless release()d.
+/// What fstat(2) said of a file when it was opened: its identity and modification time.
+struct file_status {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::int64_t mtime_ns = 0;  ///< nanoseconds since the epoch
+};
+
 class input_file {
  public:
   /// Opens `path`; `context` prefixes error messages ("ckpt: /a/b.ckpt: cannot open for reading:
@@ -121,6 +128,8 @@ class input_file {
     if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) != 0)
       fail("cannot clear O_NONBLOCK", errno);
     size_ = static_cast<std::uint64_t>(st.st_size);
+    status_ = {st.st_dev, st.st_ino,
+               static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
   }
 
   input_file(const input_file&) = delete;
@@ -129,13 +138,16 @@ class input_file {
       : path_(std::move(o.path_)),
         context_(std::move(o.context_)),
         fd_(std::exchange(o.fd_, -1)),
-        size_(o.size_) {}
+        size_(o.size_),
+        status_(o.status_) {}
   input_file& operator=(input_file&&) = delete;
   ~input_file() { detail::close_fd(fd_); }
 
   int fd() const noexcept { return fd_; }
   /// The size fstat gave when the file was opened.
   std::uint64_t size() const noexcept { return size_; }
+  /// The identity and modification time fstat gave when the file was opened.
+  const file_status& status() const noexcept { return status_; }
   const std::filesystem::path& path() const noexcept { return path_; }
   /// Gives up the descriptor: the caller closes it.
   int release() noexcept { return std::exchange(fd_, -1); }
@@ -172,6 +184,7 @@ class input_file {
   std::string context_;
   int fd_ = -1;
   std::uint64_t size_ = 0;
+  file_status status_;
 };
 
 /// The whole of the regular file `path` (input_file: a FIFO, a socket, a directory or a device is

@@ -44,6 +44,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -109,6 +110,7 @@ class mapped_file {
       : path_(std::move(path)) {
     const input_file in(path_, context);  // a regular file, or an error naming what it is
     size_ = in.size();
+    status_ = in.status();
     if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, in.fd(), 0);
       if (p == MAP_FAILED) detail::report_errno(context, path_, "cannot map", errno);
@@ -125,13 +127,15 @@ class mapped_file {
   mapped_file(const mapped_file&) = delete;
   mapped_file& operator=(const mapped_file&) = delete;
   mapped_file(mapped_file&& o) noexcept
-      : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+      : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+        status_(o.status_) {}
   mapped_file& operator=(mapped_file&& o) noexcept {
     if (this != &o) {
       unmap();
       path_ = std::move(o.path_);
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
+      status_ = o.status_;
     }
     return *this;
   }
@@ -140,6 +144,8 @@ class mapped_file {
   const std::filesystem::path& path() const noexcept { return path_; }
   std::uint64_t size() const noexcept { return size_; }
   std::span<const std::byte> bytes() const noexcept { return {data_, static_cast<std::size_t>(size_)}; }
+  /// The file's identity and modification time when it was mapped (input_file::status).
+  const file_status& status() const noexcept { return status_; }
 
  private:
   void unmap() noexcept {
@@ -154,6 +160,7 @@ class mapped_file {
   std::filesystem::path path_;
   const std::byte* data_ = nullptr;
   std::uint64_t size_ = 0;
+  file_status status_;
 };
 
 namespace detail {
@@ -195,13 +202,26 @@ inline void crash_point() noexcept {
 // -- temporaries
 constexpr std::string_view temp_marker() noexcept { return ".reshard-"; }
 
+// This process's id: getpid(2) once, not once per temporary named (asked again in the child of
+// a fork, which pthread_atfork tells).
+inline ::pid_t own_pid() noexcept {
+  static std::atomic<::pid_t> pid{0};
+  [[maybe_unused]] static const int reset_in_child = ::pthread_atfork(nullptr, nullptr, [] { pid.store(0); });
+  ::pid_t p = pid.load(std::memory_order_relaxed);
+  if (p == 0) {
+    p = ::getpid();
+    pid.store(p, std::memory_order_relaxed);
+  }
+  return p;
+}
+
 // `dest` + ".reshard-<pid>.<n><ending>", n counting up in this process: unique per call, so two
 // threads (or two jobs) of one process writing the same destination never share a temporary.
 inline std::filesystem::path unique_temp_path(const std::filesystem::path& dest, std::string_view ending = ".tmp") {
   static std::atomic<std::uint64_t> counter{0};
   std::filesystem::path tmp = dest;
   std::string suffix(temp_marker());
-  suffix.append(std::to_string(::getpid())).append(".").append(std::to_string(counter.fetch_add(1))).append(ending);
+  suffix.append(std::to_string(own_pid())).append(".").append(std::to_string(counter.fetch_add(1))).append(ending);
   tmp += suffix;
   return tmp;
 }
@@ -231,27 +251,46 @@ inline bool is_temporary_name(std::string_view name) noexcept {
   return false;
 }
 
+// Whether `dest` is named like a temporary of this process (`<anything>.reshard-<own pid>.<rest>`,
+// a staged output of io/staging.hpp): its name is unique to this process, so no killed process
+// left temporaries of it (theirs carry their own pid after the first marker).
+inline bool own_temporary(const std::filesystem::path& dest) {
+  const std::string name = dest.filename().string();
+  const auto at = name.find(temp_marker());
+  return at != std::string::npos && temporary_pid(std::string_view(name).substr(at + temp_marker().size())) == own_pid();
+}
+
 /// Removes the temporaries that killed processes left for destination `dest`: the regular files
 /// in its directory named `<dest name>.reshard-<pid>.<anything>` whose process <pid> is not
 /// running, and the directories `<dest name>.reshard-<pid>.<anything>.swap` (a Hugging Face
 /// checkpoint being swapped in, io/staging.hpp) with everything in them. A temporary of a running
 /// process (another writer, this one) is kept, and so is everything else. Best effort: returns how
 /// many were removed; errors are ignored (a temporary that cannot be removed harms nothing but
-/// space).
-inline std::size_t remove_stale_temporaries(const std::filesystem::path& dest) noexcept {
+/// space). This overload: for every destination named in `names` (file names in `directory`,
+/// "" for the current one), one scan of the directory for all of them.
+inline std::size_t remove_stale_temporaries(const std::filesystem::path& directory,
+                                            std::span<const std::string> names) noexcept {
   std::size_t removed = 0;
   try {
-    const std::filesystem::path dir = dest.parent_path().empty() ? std::filesystem::path(".") : dest.parent_path();
-    const std::string prefix = dest.filename().string().append(temp_marker());
+    const std::filesystem::path dir = directory.empty() ? std::filesystem::path(".") : directory;
+    std::vector<std::string> prefixes;
+    prefixes.reserve(names.size());
+    for (const auto& n : names) prefixes.push_back(n + std::string(temp_marker()));
+    std::sort(prefixes.begin(), prefixes.end());
     DIR* d = ::opendir(dir.c_str());
     if (!d) return 0;
     std::vector<std::string> stale;
     while (const ::dirent* e = ::readdir(d)) {
       const std::string_view name(e->d_name);
-      if (name.size() <= prefix.size() || name.substr(0, prefix.size()) != prefix) continue;
-      const long long pid = temporary_pid(name.substr(prefix.size()));
-      if (pid < 0 || process_alive(pid)) continue;
-      stale.emplace_back(name);
+      // stale for any destination whose prefix it has (each prefix ends at one of its markers)
+      for (auto at = name.find(temp_marker()); at != std::string_view::npos; at = name.find(temp_marker(), at + 1)) {
+        const std::size_t end = at + temp_marker().size();
+        if (name.size() <= end || !std::binary_search(prefixes.begin(), prefixes.end(), name.substr(0, end))) continue;
+        const long long pid = temporary_pid(name.substr(end));
+        if (pid < 0 || process_alive(pid)) continue;
+        stale.emplace_back(name);
+        break;
+      }
     }
     ::closedir(d);
     for (const auto& name : stale) {
@@ -269,6 +308,16 @@ inline std::size_t remove_stale_temporaries(const std::filesystem::path& dest) n
   } catch (...) {  // std::bad_alloc from a path: nothing removed, nothing lost
   }
   return removed;
+}
+
+/// The same for the one destination `dest`.
+inline std::size_t remove_stale_temporaries(const std::filesystem::path& dest) noexcept {
+  try {
+    const std::string name = dest.filename().string();
+    return remove_stale_temporaries(dest.parent_path(), std::span<const std::string>(&name, 1));
+  } catch (...) {  // std::bad_alloc
+    return 0;
+  }
 }
 
 // rename(from, to) failing with EEXIST if `to` exists. Returns 0 or an errno value.
@@ -394,7 +443,7 @@ class atomic_file_writer {
     struct ::stat st {};
     if (!overwrite_ && ::lstat(dest_.c_str(), &st) == 0)
       report_error(context_ + ": " + dest_.string() + ": destination exists (pass overwrite to replace it)");
-    detail::remove_stale_temporaries(dest_);
+    if (!detail::own_temporary(dest_)) detail::remove_stale_temporaries(dest_);  // a staged output: none
     temp_ = detail::unique_temp_path(dest_);
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0)

@@ -313,6 +313,8 @@ class safetensors_writer {
   }
 
   const std::filesystem::path& path() const noexcept { return out_.destination(); }
+  /// The bytes written so far (after commit(): the file's size).
+  std::uint64_t size() const noexcept { return out_.size(); }
   /// The declared tensors in data order.
   std::span<const safetensors_tensor_info> order() const noexcept { return tensors_; }
 

@@ -39,6 +39,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -83,26 +84,19 @@ class staged_outputs {
   /// Creates the missing parent directories of the files staged since the last call (removed
   /// again by discard() while they hold no output), and removes the temporaries that killed runs
   /// left for them.
+  /// A stat per directory (none in a directory this run made) and a mkdir per new one; one scan
+  /// per directory that existed before (a directory this run made holds no temporaries).
   void prepare() {
     const std::size_t from = prepared_;
     prepared_ = files_.size();
+    std::map<std::filesystem::path, bool> dirs;  // each directory: whether it existed before
+    std::map<std::filesystem::path, std::vector<std::string>> names;  // old directory: its outputs
     for (std::size_t i = from; i < files_.size(); ++i) {
-      const file& f = files_[i];
-      std::vector<std::filesystem::path> missing;
-      for (auto d = f.final.parent_path(); !d.empty(); d = d.parent_path()) {
-        std::error_code ec;
-        if (std::filesystem::exists(d, ec)) break;
-        missing.push_back(d);
-        if (d == d.parent_path()) break;
-      }
-      for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-        std::error_code ec;
-        if (!std::filesystem::create_directory(*it, ec) && ec)
-          report_error(op_ + ": cannot create directory " + it->string() + ": " + ec.message());
-        created_dirs_.push_back(*it);
-      }
+      const auto dir = files_[i].final.parent_path();
+      if (!dir.empty() && !make_directory(dir, dirs)) continue;
+      names[dir].push_back(files_[i].final.filename().string());
     }
-    for (std::size_t i = from; i < files_.size(); ++i) detail::remove_stale_temporaries(files_[i].final);
+    for (const auto& [dir, files] : names) detail::remove_stale_temporaries(dir, files);
     for (const auto& d : hf_dirs_) {  // the swap directories killed runs left beside them
       std::error_code ec;
       if (const auto dir = std::filesystem::canonical(d, ec); !ec)
@@ -304,6 +298,28 @@ class staged_outputs {
       if (sync_) detail::fsync_directory(dst);
     }
     return {};
+  }
+
+  // Makes directory `d` and its missing parents, remembered (in created_dirs_, parents first)
+  // for discard(); `known` holds the directories seen so far: whether each existed before. A
+  // path that exists is used as it is (not a directory: the file's creation fails on it); one
+  // in a directory made by this run is made without a stat first. Returns whether `d` existed.
+  bool make_directory(const std::filesystem::path& d, std::map<std::filesystem::path, bool>& known) {
+    if (const auto hit = known.find(d); hit != known.end()) return hit->second;
+    const auto parent = d.parent_path();
+    const bool has_parent = !parent.empty() && parent != d;
+    const auto p = has_parent ? known.find(parent) : known.end();
+    const bool in_new = p != known.end() && !p->second;  // d cannot exist yet
+    struct ::stat st {};
+    if (!in_new && ::stat(d.c_str(), &st) == 0) return known[d] = true;
+    if (!in_new && has_parent) make_directory(parent, known);
+    if (::mkdir(d.c_str(), 0777) != 0) {
+      const int err = errno;
+      if (err == EEXIST && ::stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return known[d] = true;
+      report_error(op_ + ": cannot create directory " + d.string() + ": " + std::strerror(err));
+    }
+    created_dirs_.push_back(d);
+    return known[d] = false;
   }
 
   // "<what>: <errno's text>", for the call that just failed.

@@ -89,7 +89,7 @@ class target_file_sink final : public tensor_sink {
   }
 
   void open_file(std::size_t k) override {
-    if (st_) st_->commit(), close_record();
+    if (st_) st_->commit(), close_record(st_->size());
     RESHARD_EXPECTS(k == records_.size(), "target_file_sink: files opened out of order");
     written_file& rec = records_.emplace_back();
     rec.path = t_.files[k];
@@ -139,8 +139,8 @@ class target_file_sink final : public tensor_sink {
     return true;
   }
   void finish() override {
-    if (ckpt_) ckpt_->commit(), close_record();
-    if (st_) st_->commit(), close_record();
+    if (ckpt_) ckpt_->commit(), close_record(ckpt_->size());
+    if (st_) st_->commit(), close_record(st_->size());
     ckpt_.reset();
     st_.reset();
     if (t_.format != checkpoint_format::hf || t_.files.size() <= records_.size()) return;
@@ -166,10 +166,9 @@ class target_file_sink final : public tensor_sink {
   std::vector<written_file>& records() noexcept { return records_; }
 
  private:
-  void close_record() {
+  void close_record(std::uint64_t bytes) {  // `bytes`: what the writer wrote, the file's size
     written_file& rec = records_.back();
-    std::error_code ec;
-    rec.bytes = std::filesystem::file_size(staged_[records_.size() - 1], ec);
+    rec.bytes = bytes;
     if (o_.digests) rec.sha256 = digest_->hex();
   }
 
