@@ -132,6 +132,7 @@ struct checkpoint_plan {
   std::map<std::string, rank_boxes, std::less<>> holds;
   bool crc = false;                              ///< ckpt targets: the crc_num trailer
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;  ///< ckpt targets: the piece size of tensors
+  dcp_layout dcp_torch = dcp_layout::torch_2;    ///< dcp targets: the module paths of `.metadata`
   friend bool operator==(const checkpoint_plan&, const checkpoint_plan&) = default;
 };
 
@@ -382,6 +383,8 @@ inline nlohmann::json to_json(const checkpoint_plan& p) {
   detail::put_totals(j, p);
   j["casts"] = detail::casts_json(p.casts);
   j["ckpt"] = {{"crc", p.crc}, {"chunk_bytes", p.chunk_bytes}};
+  if (std::any_of(p.targets.begin(), p.targets.end(), [](const plan_target& t) { return t.format == checkpoint_format::dcp; }))
+    j["dcp"] = {{"torch", p.dcp_torch == dcp_layout::torch_1_13 ? "1.13" : "2"}};
   return j;
 }
 

@@ -39,6 +39,7 @@
 #include <reshard/io/cast.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
 #include <reshard/io/dtype_rules.hpp>
@@ -87,7 +88,13 @@ struct transform_options {
   /// directory: safetensors shards of at most max_shard_bytes filled in the target's order
   /// (hf_shards), then model.safetensors.index.json, all staged and renamed into place with the
   /// index last (hf.hpp; one shard: model.safetensors, no index).
+  /// checkpoint_format::dcp: the targets are one PyTorch DCP directory (the output path; every
+  /// target rank's path is that directory): `__<rank>_0.distcp` per target rank, each target's
+  /// boxes its chunks (a box replicated on several ranks stored once, by the lowest), and
+  /// `.metadata` written last, after every data file (dcp_writer.hpp).
   checkpoint_format format = checkpoint_format::ckpt;
+  /// format dcp: the module paths of `.metadata` (torch 1.13's or torch 2.x's).
+  dcp_layout dcp_torch = dcp_layout::torch_2;
   /// The bound on a Hugging Face shard's tensor bytes (format hf); 5 GB, as Hugging Face's default.
   std::uint64_t max_shard_bytes = 5'000'000'000;
   /// Target files written in parallel; 0 (the default): one per core, at most one per target
@@ -166,6 +173,8 @@ inline void place_items(const transform_target& t, std::vector<plan_item> items,
       pt.files.push_back(t.path / hf_shard_name(k, first.size()));
     }
     if (first.size() > 1) pt.files.push_back(t.path / hf_index_name);
+  } else if (f.format == checkpoint_format::dcp) {  // the rank's data file of the DCP directory
+    pt.files.push_back(t.path / dcp_data_file_name(t.rank));
   } else {
     if (f.format == checkpoint_format::safetensors)
       std::sort(items.begin(), items.end(), [](const plan_item& a, const plan_item& b) { return a.name < b.name; });
@@ -208,7 +217,9 @@ class transform_job {
                 std::string op, std::vector<std::string> warnings = {})
       : targets_(std::move(targets)), catalogue_(std::move(src), std::move(dst), targets_, op), opts_(std::move(opts)),
         exec_{opts_.jobs, opts_.buffer_bytes}, op_(std::move(op)), warnings_(std::move(warnings)) {
-    const auto w = catalogue_.dcp()->byte_item_warnings(hf_target() ? "a Hugging Face checkpoint" : "ckpt or safetensors files");
+    const auto w = catalogue_.dcp()->byte_item_warnings(hf_target()    ? "a Hugging Face checkpoint"
+                                                        : dcp_target() ? "a PyTorch DCP checkpoint (not copied yet)"
+                                                                       : "ckpt or safetensors files");
     warnings_.insert(warnings_.end(), w.begin(), w.end());
     check_target_ranks();
   }
@@ -326,6 +337,10 @@ class transform_job {
   /// as for a run.
   verify_report verify() {
     RESHARD_EXPECTS(phase_ == phase::created, "transform_job: verify() after check()");
+    if (dcp_target())
+      report_error(op_ + ": " + (targets_.empty() ? std::string() : targets_.front().path.string() + ": ") +
+                   "verifying a PyTorch DCP checkpoint written by reshard is not supported yet (read it back instead: "
+                   "reshard convert DIR OUT.safetensors, then verify that)");
     start_ = std::chrono::steady_clock::now();
     make_plan();
     phase_ = phase::done;
@@ -419,6 +434,7 @@ class transform_job {
                      " would be written twice");
       last = items.size();
       const plan_format f = hf_target()                 ? plan_format{checkpoint_format::hf, opts_.max_shard_bytes, "pt"}
+                            : dcp_target()              ? plan_format{checkpoint_format::dcp, 0, "pt"}
                             : safetensors_target(t)     ? plan_format{checkpoint_format::safetensors, 0, source_metadata(t)}
                                                         : plan_format{checkpoint_format::ckpt, 0, "ms"};
       place_items(t, std::move(items), f, pl.targets.emplace_back());
@@ -428,6 +444,12 @@ class transform_job {
     if (!previewing_) verify_crcs();
     fit_memory();
     for (auto& [name, by_rank] : pl.holds) sort_by_rank(by_rank);
+    if (dcp_target()) {
+      for (const auto& t : pl.targets)
+        for (const auto& it : t.items) check_dcp_item(it, op_);
+      dedup_dcp_chunks(pl);
+      pl.dcp_torch = opts_.dcp_torch;
+    }
     sum_plan(pl, [&](index_t r) { return catalogue_.files().at(r); });
     for (auto& [r, s] : pl.sources) {
       s.size = catalogue_.open(r).file_size();
@@ -454,9 +476,10 @@ class transform_job {
     pi.name = std::string(it.name());
     if (!it.p) {
       const tensor_ref& e = *it.raw;
-      if ((hf_target() || safetensors_target(t)) && (e.map_tensor || e.type == dtype::str))
+      if ((hf_target() || dcp_target() || safetensors_target(t)) && (e.map_tensor || e.type == dtype::str))
         report_error(op_ + ": " + catalogue_.open(it.base).path().string() + ": parameter " + detail::quote_name(e.name) + " is a " +
-                     (e.map_tensor ? "map tensor" : "str tensor") + ", which safetensors cannot hold (write ckpt)");
+                     (e.map_tensor ? "map tensor" : "str tensor") + ", which " + (dcp_target() ? "a PyTorch DCP checkpoint" : "safetensors") +
+                     " cannot hold (write ckpt)");
       decide_item_cast(it);
       pi.raw = true;
       pi.source_rank = it.base;
@@ -523,7 +546,14 @@ class transform_job {
   void check_outputs() {
     const auto sources = source_inodes(catalogue_.files());
     std::vector<output_path> outputs;
-    for (const auto& t : targets_) outputs.push_back({t.path, hf_target()});
+    for (const auto& t : targets_) {
+      if (!dcp_target()) {
+        outputs.push_back({t.path, hf_target()});
+        continue;
+      }
+      outputs.push_back({t.path / dcp_data_file_name(t.rank), false});  // a DCP directory: its files
+      if (&t == &targets_.front()) outputs.push_back({dcp_metadata_path(t.path), false});
+    }
     if (!opts_.manifest.empty()) {  // again in stage(), against the files of Hugging Face targets too
       std::vector<std::filesystem::path> files, hf_dirs;
       for (const auto& t : targets_) (hf_target() ? hf_dirs : files).push_back(t.path);
@@ -569,6 +599,8 @@ class transform_job {
 
   // The targets are Hugging Face checkpoint directories.
   bool hf_target() const noexcept { return opts_.format == checkpoint_format::hf; }
+  // The targets are one PyTorch DCP directory.
+  bool dcp_target() const noexcept { return opts_.format == checkpoint_format::dcp; }
   // Target t is a safetensors file (by its name: no system call, it is asked per parameter).
   static bool safetensors_target(const transform_target& t) { return t.path.extension() == ".safetensors"; }
 

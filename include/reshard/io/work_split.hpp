@@ -60,6 +60,9 @@ inline transform_job transform_job_for_ranks(const std::filesystem::path& src_di
                                              const std::filesystem::path& dst_strategy,
                                              std::span<const std::int64_t> ranks, const transform_options& opts = {}) {
   const std::string op = "transform_checkpoints";
+  if (opts.format == checkpoint_format::dcp)
+    report_error(op + ": a PyTorch DCP checkpoint (format dcp) is written by one run for all target ranks: its "
+                 ".metadata lists every rank's chunks, so it cannot be written for some of the ranks (" + dst_dir.string() + ")");
   strategy_layouts dst(dst_strategy);
   std::set<index_t> seen, hint;
   std::vector<transform_target> targets;
