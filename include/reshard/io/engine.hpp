@@ -534,12 +534,21 @@ class transform_job {
     return pi;
   }
 
-  // Every target is a rank of the target strategy.
+  // Every target is a rank of the target strategy; a PyTorch DCP target (one directory whose
+  // .metadata lists every rank's chunks) is every rank, once, in one directory.
   void check_target_ranks() const {
     for (const auto& t : targets_)
       if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
         report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
                      ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
+    if (!dcp_target()) return;
+    std::set<index_t> ranks;
+    bool one_dir = true;
+    for (const auto& t : targets_) ranks.insert(t.rank), one_dir = one_dir && t.path == targets_.front().path;
+    if (!one_dir || static_cast<index_t>(ranks.size()) != catalogue_.target_ranks() || ranks.size() != targets_.size())
+      report_error(op_ + ": a PyTorch DCP checkpoint (format dcp) is written for all " + std::to_string(catalogue_.target_ranks()) +
+                   " target ranks at once, into one directory: its .metadata lists every rank's chunks (" +
+                   std::to_string(targets_.size()) + " target" + (targets_.size() == 1 ? "" : "s") + " given)");
   }
 
   // -- outputs: none is a source, none exists unless `force` (check_output_paths, execute.hpp)
