@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <span>
 #include <string>
@@ -136,6 +137,9 @@ class pickle_emitter {
     stack_global("torch", "Size").mark();
     for (auto d : dims) integer(d);
     return op('t').op(0x85).op('R');
+  }
+  pickle_emitter& torch_size(std::initializer_list<std::int64_t> dims) {
+    return torch_size(std::span<const std::int64_t>(dims.begin(), dims.size()));
   }
   /// NEWOBJ of `module.cls` with no arguments (a dataclass as pickled); BUILD follows
   pickle_emitter& new_object(std::string_view module, std::string_view cls) { return stack_global(module, cls).op(')').op(0x81); }
