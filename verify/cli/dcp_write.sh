@@ -15,14 +15,6 @@ DCP="$SRC/verify/data/dcp"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# ok NAME ARGS...: the program succeeds (else a failure, and returns 1)
-ok() {
-  local name=$1
-  shift
-  run "$@"
-  if [[ $rc -eq 0 ]]; then pass; else fail "$name" "reshard $*" "exit code $rc" "stderr: $err"; return 1; fi
-}
-
 # same_file NAME A B: the files are equal, byte for byte
 same_file() { cmp -s "$2" "$3" && pass || fail "$1" "$2 and $3 differ"; }
 
