@@ -3,6 +3,7 @@
 # (verify/data/dcp/): `convert` writes the minimal fixture's data file byte for byte as torch did;
 # `merge`, `convert`, `transform` and `split` write one directory (.metadata and __<rank>_0.distcp
 # per target rank), which reads back (convert to safetensors) as the direct merge, byte for byte;
+# a DCP source's byte items are copied (left out, named, under name rules);
 # a replicated parameter is stored once; --dcp-torch chooses the module paths (inspect names
 # them); --dry-run writes nothing; --plan-out then `execute` writes the same, `execute --part 1/2`
 # is refused (exit 1, nothing written); an existing output is kept without --force; usage errors
@@ -35,8 +36,14 @@ if ok "convert --format dcp --dcp-torch 1.13" convert --in "$DCP/minimal" --out 
   expect_text "convert: torch 1.13's module paths" 'torch 1.13 module paths' inspect "$tmp/min"
 fi
 if ok "convert --format dcp (torch 2 by default)" convert --in "$DCP/plain" --out "$tmp/plain2" --format dcp --no-sync; then
-  grep -q "byte items 'epoch', 'tag' .*not copied yet" <<<"$err" && pass || fail "convert: the byte items left out are named" "stderr: $err"
+  [[ -z $err ]] && pass || fail "convert: no warning (the byte items are copied)" "stderr: $err"
   expect_text "convert: torch 2's module paths" 'torch 2 module paths' inspect "$tmp/plain2"
+  expect_text "convert: the byte items copied after the tensors" '^tag +__0_0.distcp +[0-9]+ +431$' inspect "$tmp/plain2"
+fi
+if ok "convert --format dcp --exclude" convert --in "$DCP/plain" --out "$tmp/plain3" --format dcp --exclude steps --no-sync; then
+  grep -q "byte items 'epoch', 'tag' .*under --include, --exclude or --rename (not copied yet)" <<<"$err" && pass ||
+    fail "convert --exclude: the byte items left out are named" "stderr: $err"
+  expect_text "convert --exclude: no byte items" '3 tensors, 0 byte items' inspect "$tmp/plain3"
 fi
 
 # ---- merge, transform, split: read back as the direct merge -------------------------------------

@@ -8,6 +8,7 @@
 //     directory reads back (the library's DCP reader, merging it) as the source, bit for bit;
 //     every chunk stored once, the chunks tiling each tensor; .metadata's offsets and lengths
 //     are where the archives are;
+//   * a DCP source's byte items are copied as stored (left out, named, under name rules);
 //   * --part of a plan cutting a DCP directory, a target of some ranks only, a dtype torch lacks
 //     and verify are refused by name; an existing output is not replaced without force.
 #include <reshard/io/dcp.hpp>
@@ -281,6 +282,47 @@ TEST(dcp_write, replicated_boxes_are_stored_once_by_the_lowest_rank) {
     EXPECT_EQ(w->chunks[r].storage.relative_path, dcp_data_file_name(static_cast<index_t>(r)));
     EXPECT_EQ(w->chunks[r].offsets, (std::vector<std::int64_t>{static_cast<std::int64_t>(r), 0}));
   }
+}
+
+// The byte items of a DCP source are copied as stored, after the tensors of the lowest rank's
+// file; under name rules they are left out, named in a warning.
+TEST(dcp_write, byte_items_are_copied_as_stored) {
+  temp_dir dir;
+  transform_options o;
+  o.sync = false;
+  o.format = checkpoint_format::dcp;
+  const fs::path src = dcp_fixtures() / "plain";
+  const auto s = convert_checkpoint(src, dir.path() / "out", o);
+  EXPECT_TRUE(s.warnings.empty());
+  const dcp_metadata in = read_dcp_metadata(src), out = read_dcp_metadata(dir.path() / "out");
+  ASSERT_EQ(out.byte_items.size(), 2u);
+  std::uint64_t end = 0;  // the tensors' archives come first
+  for (const auto& t : out.tensors)
+    for (const auto& c : t.chunks) end = std::max(end, c.storage.offset + c.storage.length);
+  for (std::size_t i = 0; i < 2; ++i) {
+    SCOPED_TRACE(in.byte_items[i].fqn);
+    const auto& a = in.byte_items[i];
+    const auto& b = out.byte_items[i];
+    EXPECT_EQ(b.fqn, a.fqn);
+    EXPECT_EQ(b.storage.relative_path, "__0_0.distcp");
+    EXPECT_GE(b.storage.offset, end);
+    EXPECT_EQ(b.storage.length, a.storage.length);
+    const auto from = read_bytes(src / a.storage.relative_path), to = read_bytes(dir.path() / "out" / "__0_0.distcp");
+    ASSERT_LE(b.storage.offset + b.storage.length, to.size());
+    EXPECT_TRUE(std::equal(to.begin() + static_cast<std::ptrdiff_t>(b.storage.offset),
+                           to.begin() + static_cast<std::ptrdiff_t>(b.storage.offset + b.storage.length),
+                           from.begin() + static_cast<std::ptrdiff_t>(a.storage.offset)));
+  }
+  EXPECT_EQ(to_hex(read_bytes(dir.path() / "out" / "__0_0.distcp")).size() / 2,
+            end + out.byte_items[0].storage.length + out.byte_items[1].storage.length);
+  // the pickles decode as the source's
+  dcp_checkpoint a(src), b(dir.path() / "out");
+  EXPECT_EQ(describe(b.byte_item(out.byte_items[1]).root()), describe(a.byte_item(in.byte_items[1]).root()));
+  o.names.exclude = {"steps"};
+  const auto t = convert_checkpoint(src, dir.path() / "excluded", o);
+  EXPECT_TRUE(read_dcp_metadata(dir.path() / "excluded").byte_items.empty());
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("'epoch', 'tag'"), std::string::npos);
 }
 
 // ---- refusals ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Real torch reads the PyTorch DCP checkpoints reshard writes (`--format dcp --dcp-torch 1.13`).
 
 reshard (the CLI) writes from the DCP fixtures torch 1.13 wrote (verify/data/dcp/): `convert` of
-`plain` (float32, bfloat16, int64 and a 0-d tensor, whole) and `transform` of `cols` onto a
+`plain` (float32, bfloat16, int64 and a 0-d tensor, whole, and two byte items) and `transform` of `cols` onto a
 2-rank column strategy (w split by columns: two chunks; h not in the strategy, replicated, so
 stored once). Then torch 1.13's own load_state_dict reads each back:
   (a) no_dist=True into whole tensors,
@@ -73,7 +73,8 @@ def test_the_layout_written(written):
 def test_torch_loads_them_whole(written):
     got = run_torch("whole", written["plain"], os.path.join(DCP, "plain.expected.json"),
                     written["cols"], os.path.join(DCP, "cols.expected.json"))
-    assert got == {"compared": [["b", "scale", "steps", "w"], ["h", "w"]]}
+    # plain's byte items (an int and a str) copied too
+    assert got == {"compared": [["b", "scale", "steps", "w", "epoch", "tag"], ["h", "w"]]}
 
 
 def test_torch_loads_the_transform_into_sharded_tensors(written):
@@ -114,13 +115,16 @@ def _whole(*pairs):
     torch, dcp = _torch()
     compared = []
     for directory, expected in zip(pairs[::2], pairs[1::2]):
-        exp = json.load(open(expected))["tensors"]
-        state = {k: torch.full(e["shape"], 7, dtype=getattr(torch, e["dtype"])) for k, e in exp.items()}
+        exp = json.load(open(expected))
+        state = {k: torch.full(e["shape"], 7, dtype=getattr(torch, e["dtype"])) for k, e in exp["tensors"].items()}
+        state.update({k: None for k in exp["bytes"]})  # the byte items: what torch.load makes of them
         dcp.load_state_dict(state, dcp.FileSystemReader(directory), no_dist=True)
-        for k, e in exp.items():
+        for k, e in exp["tensors"].items():
             assert list(state[k].shape) == e["shape"], k
             assert _hex(torch, state[k]) == e["hex"], (directory, k, _hex(torch, state[k]), e["hex"])
-        compared.append(sorted(exp))
+        for k, r in exp["bytes"].items():
+            assert repr(state[k]) == r, (directory, k, state[k], r)
+        compared.append(sorted(exp["tensors"]) + sorted(exp["bytes"]))
     print(json.dumps({"compared": compared}))
 
 

@@ -422,7 +422,7 @@ inline void check_dcp_item(const plan_item& it, const std::string& op) {
 
 /// The `.metadata` of the DCP directory `dir` from the plan's targets whose path it is (in
 /// their order): per item a chunk of its tensor (dcp_chunk_box), stored in its rank's data file
-/// after the archives of the items before it; a tensor's size is the end of its farthest chunk
+/// after the archives of the items before it, then the target's byte items; a tensor's size is the end of its farthest chunk
 /// in every dim (the targets of a strategy cover it). Tensors in the order they first appear.
 inline dcp_metadata dcp_metadata_of(const checkpoint_plan& p, const std::filesystem::path& dir, dcp_layout layout) {
   dcp_metadata md;
@@ -442,6 +442,10 @@ inline dcp_metadata dcp_metadata_of(const checkpoint_plan& p, const std::filesys
         dt.size[d] = std::max(dt.size[d], offsets[d] + sizes[d]);
       dt.chunks.push_back({std::move(offsets), std::move(sizes), {file, at, length}});
       at += length;
+    }
+    for (const auto& b : t.byte_items) {  // after the tensors, copied as stored
+      md.byte_items.push_back({b.name, {file, at, b.bytes}});
+      at += b.bytes;
     }
   }
   return md;

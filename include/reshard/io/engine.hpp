@@ -217,10 +217,14 @@ class transform_job {
                 std::string op, std::vector<std::string> warnings = {})
       : targets_(std::move(targets)), catalogue_(std::move(src), std::move(dst), targets_, op), opts_(std::move(opts)),
         exec_{opts_.jobs, opts_.buffer_bytes}, op_(std::move(op)), warnings_(std::move(warnings)) {
-    const auto w = catalogue_.dcp()->byte_item_warnings(hf_target()    ? "a Hugging Face checkpoint"
-                                                        : dcp_target() ? "a PyTorch DCP checkpoint (not copied yet)"
-                                                                       : "ckpt or safetensors files");
-    warnings_.insert(warnings_.end(), w.begin(), w.end());
+    // into a DCP target they are copied (make_plan), unless name rules are given
+    if (!dcp_target() || !opts_.names.empty()) {
+      const auto w = catalogue_.dcp()->byte_item_warnings(
+          hf_target()    ? "a Hugging Face checkpoint"
+          : dcp_target() ? "a PyTorch DCP checkpoint under --include, --exclude or --rename (not copied yet)"
+                         : "ckpt or safetensors files");
+      warnings_.insert(warnings_.end(), w.begin(), w.end());
+    }
     check_target_ranks();
   }
 
@@ -449,6 +453,13 @@ class transform_job {
         for (const auto& it : t.items) check_dcp_item(it, op_);
       dedup_dcp_chunks(pl);
       pl.dcp_torch = opts_.dcp_torch;
+      const dcp_source* src = catalogue_.dcp();
+      if (src && opts_.names.empty() && !pl.targets.empty()) {  // the byte items, stored by the lowest rank
+        plan_target& low = *std::min_element(pl.targets.begin(), pl.targets.end(),
+                                             [](const plan_target& a, const plan_target& b) { return a.rank < b.rank; });
+        for (const auto& b : src->metadata->byte_items)
+          low.byte_items.push_back({b.fqn, src->dir / b.storage.relative_path, b.storage.offset, b.storage.length});
+      }
     }
     sum_plan(pl, [&](index_t r) { return catalogue_.files().at(r); });
     for (auto& [r, s] : pl.sources) {

@@ -128,6 +128,11 @@ inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string
       pt.files.emplace_back(file.get<std::string>());
     }
     pt.safetensors_format = r.str(t, "safetensors_format", w);
+    if (t.contains("byte_items"))
+      for (const auto& b : r.array(t, "byte_items", w)) {
+        const std::string wb = w + ".byte_items[" + std::to_string(pt.byte_items.size()) + "]";
+        pt.byte_items.push_back({r.str(b, "name", wb), r.str(b, "file", wb), r.u64(b, "offset", wb), r.u64(b, "bytes", wb)});
+      }
     for (const auto& i : r.array(t, "items", w)) {
       const std::string wi = w + ".items[" + std::to_string(pt.items.size()) + "]";
       plan_item& it = pt.items.emplace_back();

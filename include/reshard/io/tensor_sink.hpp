@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -160,7 +161,7 @@ class target_file_sink final : public tensor_sink {
   void finish() override {
     if (ckpt_) ckpt_->commit(), close_record();
     if (st_) st_->commit(), close_record();
-    if (dcp_) dcp_->commit(), close_record();
+    if (dcp_) copy_byte_items(), dcp_->commit(), close_record();
     ckpt_.reset();
     st_.reset();
     dcp_.reset();
@@ -187,6 +188,23 @@ class target_file_sink final : public tensor_sink {
   std::vector<written_file>& records() noexcept { return records_; }
 
  private:
+  // A DCP target's byte items (plan_target::byte_items) after its tensors, copied as stored, in
+  // pieces of 64 KiB.
+  void copy_byte_items() {
+    std::vector<char> buf;
+    for (const plan_byte_item& b : t_.byte_items) {
+      std::ifstream in(b.file, std::ios::binary);
+      in.seekg(static_cast<std::streamoff>(b.offset));
+      for (std::uint64_t left = b.bytes; left > 0;) {
+        buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(left, 64 << 10)));
+        if (!in.read(buf.data(), static_cast<std::streamsize>(buf.size())))
+          report_error("dcp: " + b.file.string() + ": byte item " + detail::quote_name(b.name) + ": cannot read " +
+                       std::to_string(b.bytes) + " bytes at " + std::to_string(b.offset) + " (the file changed since the plan?)");
+        dcp_->write(std::as_bytes(std::span<const char>(buf)));
+        left -= buf.size();
+      }
+    }
+  }
   void close_record() {
     written_file& rec = records_.back();
     std::error_code ec;
