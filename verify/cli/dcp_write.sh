@@ -3,7 +3,8 @@
 # (verify/data/dcp/): `convert` writes the minimal fixture's data file byte for byte as torch did;
 # `merge`, `convert`, `transform` and `split` write one directory (.metadata and __<rank>_0.distcp
 # per target rank), which reads back (convert to safetensors) as the direct merge, byte for byte;
-# a DCP source's byte items are copied (left out, named, under name rules);
+# a DCP source's byte items are copied (left out, named, under name rules); a manifest lists the
+# data files, then .metadata;
 # a replicated parameter is stored once; --dcp-torch chooses the module paths (inspect names
 # them); --dry-run writes nothing; --plan-out then `execute` writes the same, `execute --part 1/2`
 # is refused (exit 1, nothing written); an existing output is kept without --force; usage errors
@@ -79,7 +80,22 @@ if ok "split --format dcp" split --checkpoint "$tmp/full.ckpt" --dst-dir "$tmp/s
     same_file "split: the same tensors" "$tmp/s.safetensors" "$tmp/ref.safetensors"
 fi
 
-# ---- dry run, plans, existing outputs -----------------------------------------------------------
+# ---- a manifest, dry run, plans, existing outputs ------------------------------------------------
+
+if ok "transform --format dcp --manifest" transform --src-dir "$DCP/cols" --dst-dir "$tmp/mf" --dst-strategy "$tmp/dst.json" \
+     --format dcp --manifest "$tmp/mf.json" --no-sync; then
+  "$PY" - "$tmp/mf.json" <<'EOF' && pass || fail "the manifest lists the data files, then .metadata, with their digests"
+import hashlib, json, os, sys
+m = json.load(open(sys.argv[1]))
+names = [os.path.basename(f["path"]) for f in m["files"]]
+assert names == ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp", ".metadata"], names
+for f in m["files"]:
+    path = f["path"] if os.path.isabs(f["path"]) else os.path.join(os.path.dirname(sys.argv[1]), f["path"])
+    data = open(path, "rb").read()
+    assert len(data) == f["bytes"] and hashlib.sha256(data).hexdigest() == f["sha256"], f
+EOF
+fi
+
 
 ok "transform --format dcp --dry-run" transform --src-dir "$DCP/cols" --dst-dir "$tmp/dry" --dst-strategy "$tmp/dst.json" --format dcp --dry-run
 [[ ! -e "$tmp/dry" ]] && pass || fail "a dry run wrote $tmp/dry"
