@@ -414,7 +414,7 @@ inline std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> dcp_chunk
 inline void check_dcp_item(const plan_item& it, const std::string& op) {
   if (!torch_names_of(it.to))
     report_error(op + ": parameter " + detail::quote_name(it.name) + " is " + std::string(ms_name(it.to)) +
-                 ", which a PyTorch DCP checkpoint cannot hold (torch has no such dtype; cast it with --cast)");
+                 ", which a PyTorch DCP checkpoint cannot hold (torch has no such dtype)");
   if (torch_archive_size(it.to, it.dims, it.bytes) > detail::zip_u32_max)
     report_error(op + ": parameter " + detail::quote_name(it.name) + ": a chunk of " + std::to_string(it.bytes) +
                  " bytes; DCP chunks of 4 GiB or more are not written yet (split it across more target ranks)");
