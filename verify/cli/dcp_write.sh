@@ -5,7 +5,7 @@
 # per target rank), which reads back (convert to safetensors) as the direct merge, byte for byte;
 # a DCP source's byte items are copied (left out, named, under name rules); a manifest lists the
 # data files, then .metadata;
-# a replicated parameter is stored once; --dcp-torch chooses the module paths (inspect names
+# a replicated parameter is stored once; --max-memory writes the same bytes; --dcp-torch chooses the module paths (inspect names
 # them); --dry-run writes nothing; --plan-out then `execute` writes the same, `execute --part 1/2`
 # is refused (exit 1, nothing written); an existing output is kept without --force; usage errors
 # (--dcp-torch without --format dcp, a bad --dcp-torch, --format dcp on transform-rank and verify)
@@ -69,6 +69,12 @@ if ok "transform --format dcp" transform --src-dir "$DCP/cols" --dst-dir "$tmp/t
   [[ $(grep -c '^h ' <<<"$out") -eq 2 ]] && pass || fail "transform: h listed once as a tensor, once as a chunk" "$out"
   ok "transform: read back" convert --in "$tmp/t" --out "$tmp/t.safetensors" --no-sync &&
     same_file "transform: the same tensors" "$tmp/t.safetensors" "$tmp/ref.safetensors"
+fi
+if ok "transform --format dcp --max-memory 64MiB --jobs 1" transform --src-dir "$DCP/cols" --dst-dir "$tmp/tm" \
+     --dst-strategy "$tmp/dst.json" --format dcp --max-memory 64MiB --jobs 1 --no-sync; then
+  for f in .metadata __0_0.distcp __1_0.distcp __2_0.distcp __3_0.distcp; do
+    same_file "--max-memory: $f as without" "$tmp/tm/$f" "$tmp/t/$f"
+  done
 fi
 ok "convert the merge to ckpt" convert --in "$DCP/cols" --out "$tmp/full.ckpt" --no-sync
 if ok "split --format dcp" split --checkpoint "$tmp/full.ckpt" --dst-dir "$tmp/s" --dst-strategy "$tmp/dst.json" --format dcp --dcp-torch 1.13 --no-sync; then

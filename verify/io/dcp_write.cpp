@@ -15,6 +15,7 @@
 #include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/plan_file.hpp>
 #include <reshard/io/transform.hpp>
+#include <reshard/io/work_split.hpp>
 
 #include "dcp_fixtures.hpp"
 #include "io_test_util.hpp"
@@ -356,6 +357,14 @@ TEST(dcp_write, some_ranks_only_a_dtype_torch_lacks_and_verify_are_refused) {
   std::map<std::int64_t, fs::path> files{{0, dir.path() / "full.ckpt"}};
   EXPECT_NE(error_of([&] { transform_checkpoint_by_rank(1, files, dir.path() / "out", {}, dir.path() / "dst.ckpt", o); })
                 .find("is written for all 4 target ranks at once"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
+  const std::int64_t some[] = {0, 1};  // one worker's share (transform-rank, mpirun)
+  fs::create_directories(dir.path() / "src" / "rank_0");
+  fs::copy_file(dir.path() / "full.ckpt", dir.path() / "src" / "rank_0" / "net.ckpt");
+  EXPECT_NE(error_of([&] {
+              transform_checkpoints_for_ranks(dir.path() / "src", dir.path() / "out", "", {}, dir.path() / "dst.ckpt", some, o);
+            }).find("cannot be written for some of the ranks"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir.path() / "out"));
   // uint16: no torch dtype
