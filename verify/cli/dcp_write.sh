@@ -8,8 +8,8 @@
 # a replicated parameter is stored once; --max-memory writes the same bytes; --dcp-torch chooses the module paths (inspect names
 # them); --dry-run writes nothing; --plan-out then `execute` writes the same, `execute --part 1/2`
 # is refused (exit 1, nothing written); an existing output is kept without --force; usage errors
-# (--dcp-torch without --format dcp, a bad --dcp-torch, --format dcp on transform-rank and verify)
-# exit 2.
+# (--dcp-torch without --format dcp, a bad --dcp-torch, --format dcp on transform-rank) exit 2;
+# verify --format dcp checks the transform and the merge, and finds a flipped byte (exit 1).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -120,6 +120,21 @@ expect_error "an existing DCP output is kept" 1 "exists (pass force / --force to
   transform --src-dir "$DCP/cols" --dst-dir "$tmp/t" --dst-strategy "$tmp/dst.json" --format dcp --no-sync
 ok "--force replaces it" transform --src-dir "$DCP/cols" --dst-dir "$tmp/t" --dst-strategy "$tmp/dst.json" --format dcp --force --no-sync
 
+# ---- verify -------------------------------------------------------------------------------------
+
+expect_text "verify --format dcp: the transform" '5 tensors.*identical' \
+  verify --src-dir "$DCP/cols" --dst-dir "$tmp/t" --dst-strategy "$tmp/dst.json" --format dcp
+expect_text "verify --format dcp: the merge" 'identical' verify --src-dir "$DCP/cols" --out "$tmp/merged" --format dcp
+"$PY" - "$tmp/t/__3_0.distcp" <<'EOF'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[0x140] ^= 1  # the first byte of the tensor data (64-byte aligned after data.pkl's record)
+open(sys.argv[1], "wb").write(bytes(b))
+EOF
+run verify --src-dir "$DCP/cols" --dst-dir "$tmp/t" --dst-strategy "$tmp/dst.json" --format dcp
+[[ $rc -eq 1 ]] && grep -q "__3_0.distcp" <<<"$out$err" && grep -q "differs from element 0" <<<"$out$err" && pass ||
+  fail "verify --format dcp finds a flipped byte" "exit code $rc" "stdout: $out" "stderr: $err"
+
 # ---- usage errors -------------------------------------------------------------------------------
 
 expect_error "--dcp-torch without --format dcp" 2 "--dcp-torch: only with --format dcp" \
@@ -128,8 +143,6 @@ expect_error "--dcp-torch 3" 2 "--dcp-torch" \
   convert --in "$DCP/cols" --out "$tmp/never" --format dcp --dcp-torch 3
 expect_error "transform-rank --format dcp" 2 "--format: dcp not in" \
   transform-rank --rank 0 --checkpoint "0=$tmp/full.ckpt" --out "$tmp/never" --dst-strategy "$tmp/dst.json" --format dcp
-expect_error "verify --format dcp" 2 "--format: dcp not in" \
-  verify --src-dir "$DCP/cols" --dst-dir "$tmp/t" --dst-strategy "$tmp/dst.json" --format dcp
 [[ ! -e "$tmp/never" && ! -e "$tmp/never.safetensors" ]] && pass || fail "a usage error wrote an output"
 
 finish

@@ -9,8 +9,10 @@
 //     every chunk stored once, the chunks tiling each tensor; .metadata's offsets and lengths
 //     are where the archives are;
 //   * a DCP source's byte items are copied as stored (left out, named, under name rules);
-//   * --part of a plan cutting a DCP directory, a target of some ranks only, a dtype torch lacks
-//     and verify are refused by name; an existing output is not replaced without force.
+//   * verify of a DCP output compares each chunk and .metadata: a flipped byte and another
+//     .metadata are found;
+//   * --part of a plan cutting a DCP directory, a target of some ranks only and a dtype torch
+//     lacks are refused by name; an existing output is not replaced without force.
 #include <reshard/io/dcp.hpp>
 #include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/plan_file.hpp>
@@ -348,7 +350,7 @@ TEST(dcp_write, a_plan_cut_into_parts_is_refused) {
   EXPECT_EQ(read_dcp_metadata(dir.path() / "out").tensors.size(), 1u);
 }
 
-TEST(dcp_write, some_ranks_only_a_dtype_torch_lacks_and_verify_are_refused) {
+TEST(dcp_write, some_ranks_only_and_a_dtype_torch_lacks_are_refused) {
   temp_dir dir;
   write_source(dir.path(), {{"w", dtype::float32, {4, 2}, {0, -1}}}, 4);
   transform_options o;
@@ -382,9 +384,40 @@ TEST(dcp_write, some_ranks_only_a_dtype_torch_lacks_and_verify_are_refused) {
             std::string::npos);
   o.force = true;
   EXPECT_NO_THROW(split_checkpoint(dir.path() / "full.ckpt", dir.path() / "out", dir.path() / "dst.ckpt", "", o));
-  EXPECT_NE(error_of([&] { verify_split_checkpoint(dir.path() / "full.ckpt", dir.path() / "out", dir.path() / "dst.ckpt", "", o); })
-                .find("not supported yet"),
-            std::string::npos);
+}
+
+// verify of a DCP output: clean, then a flipped tensor byte and a .metadata of other chunks found
+TEST(dcp_write, verify_compares_the_chunks_and_the_metadata) {
+  temp_dir dir;
+  write_source(dir.path(), {{"w", dtype::float32, {4, 2}, {0, -1}}, {"b", dtype::int64, {3}, {-1}}}, 4);
+  transform_options o;
+  o.sync = false;
+  o.format = checkpoint_format::dcp;
+  const fs::path out = dir.path() / "out";
+  split_checkpoint(dir.path() / "full.ckpt", out, dir.path() / "dst.ckpt", "", o);
+  const auto clean = verify_split_checkpoint(dir.path() / "full.ckpt", out, dir.path() / "dst.ckpt", "", o);
+  EXPECT_TRUE(clean.mismatches.empty()) << clean.mismatches.front().what;
+  EXPECT_EQ(clean.files, 5u);  // 4 data files and .metadata
+  EXPECT_EQ(clean.tensors, 5u);  // w's 4 chunks, b once
+  // a byte of w's chunk on rank 2 flipped
+  const dcp_metadata md = read_dcp_metadata(out);
+  const dcp_chunk& c = md.find("w")->chunks[2];
+  auto bytes = read_bytes(out / c.storage.relative_path);
+  bytes[c.storage.offset + torch_archive_head_of(dtype::float32, c.sizes).bytes.size()] ^= std::byte{1};  // its first data byte
+  write_bytes(out / c.storage.relative_path, bytes);
+  const auto flipped = verify_split_checkpoint(dir.path() / "full.ckpt", out, dir.path() / "dst.ckpt", "", o);
+  ASSERT_EQ(flipped.mismatches.size(), 1u);
+  EXPECT_EQ(flipped.mismatches[0].parameter, "w");
+  EXPECT_NE(flipped.mismatches[0].what.find("differs from element"), std::string::npos);
+  // a .metadata of another split (2 ranks) in its place
+  temp_dir other;
+  write_source(other.path(), {{"w", dtype::float32, {4, 2}, {0, -1}}, {"b", dtype::int64, {3}, {-1}}}, 2);
+  split_checkpoint(other.path() / "full.ckpt", other.path() / "out", other.path() / "dst.ckpt", "", o);
+  fs::copy_file(other.path() / "out" / ".metadata", out / ".metadata", fs::copy_options::overwrite_existing);
+  const auto moved = verify_split_checkpoint(dir.path() / "full.ckpt", out, dir.path() / "dst.ckpt", "", o);
+  bool found = false;
+  for (const auto& m : moved.mismatches) found = found || m.what.find("lists other tensors, chunks or places") != std::string::npos;
+  EXPECT_TRUE(found);
 }
 
 }  // namespace

@@ -341,10 +341,6 @@ class transform_job {
   /// as for a run.
   verify_report verify() {
     RESHARD_EXPECTS(phase_ == phase::created, "transform_job: verify() after check()");
-    if (dcp_target())
-      report_error(op_ + ": " + (targets_.empty() ? std::string() : targets_.front().path.string() + ": ") +
-                   "verifying a PyTorch DCP checkpoint written by reshard is not supported yet (read it back instead: "
-                   "reshard convert DIR OUT.safetensors, then verify that)");
     start_ = std::chrono::steady_clock::now();
     make_plan();
     phase_ = phase::done;
@@ -356,7 +352,7 @@ class transform_job {
     reshard::parallel_for(n, threads(), [&](std::size_t i) {
       const plan_target& t = plan_->targets[i];
       auto& found = per[i];
-      const auto rd = compare_sink::open(t.path, found);
+      const auto rd = compare_sink::open(t.format == checkpoint_format::dcp ? t.files.front() : t.path, found);
       if (!rd) return;
       compare_sink out(*rd, found);
       const transform_summary s = run.run_target(i, out);
@@ -364,6 +360,7 @@ class transform_job {
       bytes[i] = out.bytes_compared();
     });
     verify_report r;
+    if (dcp_target() && !targets_.empty()) verify_dcp_metadata(targets_.front().path, r);
     for (std::size_t i = 0; i < n; ++i) {
       r.files += 1;
       r.tensors += tensors[i];
@@ -375,6 +372,21 @@ class transform_job {
   }
 
  private:
+  // A DCP target's .metadata against the plan's (dcp_metadata_of): the same tensors, chunks, byte
+  // items and places, whichever torch's module paths it names; a difference is a mismatch.
+  void verify_dcp_metadata(const std::filesystem::path& dir, verify_report& r) const {
+    r.files += 1;
+    try {
+      const dcp_metadata got = read_dcp_metadata(dir), want = dcp_metadata_of(*plan_, dir, dcp_layout::torch_2);
+      if (got.tensors != want.tensors)
+        r.mismatches.push_back({dcp_metadata_path(dir), {}, "lists other tensors, chunks or places than the run writes"});
+      if (got.byte_items != want.byte_items)
+        r.mismatches.push_back({dcp_metadata_path(dir), {}, "lists other byte items than the run writes"});
+    } catch (const reshard::error& e) {
+      r.mismatches.push_back({dcp_metadata_path(dir), {}, std::string("cannot be read: ") + e.what()});
+    }
+  }
+
   // The summary's fields known at the end.
   void finish(transform_summary& s) {
     std::vector<const checkpoint_reader*> read;
