@@ -16,6 +16,7 @@
 #include <reshard/io/dcp.hpp>
 #include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/plan_file.hpp>
+#include <reshard/io/plan_wire.hpp>
 #include <reshard/io/transform.hpp>
 #include <reshard/io/work_split.hpp>
 
@@ -321,6 +322,14 @@ TEST(dcp_write, byte_items_are_copied_as_stored) {
   // the pickles decode as the source's
   dcp_checkpoint a(src), b(dir.path() / "out");
   EXPECT_EQ(describe(b.byte_item(out.byte_items[1]).root()), describe(a.byte_item(in.byte_items[1]).root()));
+  // the plan keeps them, through its JSON and its bytes (MPI)
+  transform_options dry = o;
+  dry.dry_run = true;
+  const auto planned = convert_checkpoint(src, dir.path() / "never", dry);
+  ASSERT_TRUE(planned.plan);
+  ASSERT_EQ(planned.plan->targets.at(0).byte_items.size(), 2u);
+  EXPECT_EQ(plan_from_json(to_json(*planned.plan), "plan.json"), *planned.plan);
+  EXPECT_EQ(plan_from_bytes(plan_to_bytes(*planned.plan), "plan"), *planned.plan);
   o.names.exclude = {"steps"};
   const auto t = convert_checkpoint(src, dir.path() / "excluded", o);
   EXPECT_TRUE(read_dcp_metadata(dir.path() / "excluded").byte_items.empty());
@@ -335,11 +344,13 @@ TEST(dcp_write, a_plan_cut_into_parts_is_refused) {
   write_source(dir.path(), {{"w", dtype::float32, {4, 2}, {0, -1}}}, 4);
   transform_options o;
   o.format = checkpoint_format::dcp;
+  o.dcp_torch = dcp_layout::torch_1_13;
   o.dry_run = true;
   const auto s = split_checkpoint(dir.path() / "full.ckpt", dir.path() / "out", dir.path() / "dst.ckpt", "", o);
   ASSERT_TRUE(s.plan);
   const checkpoint_plan back = plan_from_json(to_json(*s.plan), "plan.json");
-  EXPECT_EQ(back, *s.plan);  // format dcp and the torch survive the JSON
+  EXPECT_EQ(back, *s.plan);  // format dcp and the torch survive the JSON, and the bytes (MPI)
+  EXPECT_EQ(plan_from_bytes(plan_to_bytes(*s.plan), "plan"), *s.plan);
   EXPECT_NE(error_of([&] { plan_part(back, 0, 2); }).find("whose .metadata lists the chunks of every target rank"),
             std::string::npos);
   EXPECT_NO_THROW(plan_part(back, 0, 1));
@@ -366,7 +377,7 @@ TEST(dcp_write, some_ranks_only_and_a_dtype_torch_lacks_are_refused) {
   fs::copy_file(dir.path() / "full.ckpt", dir.path() / "src" / "rank_0" / "net.ckpt");
   EXPECT_NE(error_of([&] {
               transform_checkpoints_for_ranks(dir.path() / "src", dir.path() / "out", "", {}, dir.path() / "dst.ckpt", some, o);
-            }).find("cannot be written for some of the ranks"),
+            }).find("is written for all 4 target ranks at once"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir.path() / "out"));
   // uint16: no torch dtype

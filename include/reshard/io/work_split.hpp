@@ -60,9 +60,6 @@ inline transform_job transform_job_for_ranks(const std::filesystem::path& src_di
                                              const std::filesystem::path& dst_strategy,
                                              std::span<const std::int64_t> ranks, const transform_options& opts = {}) {
   const std::string op = "transform_checkpoints";
-  if (opts.format == checkpoint_format::dcp)
-    report_error(op + ": a PyTorch DCP checkpoint (format dcp) is written by one run for all target ranks: its "
-                 ".metadata lists every rank's chunks, so it cannot be written for some of the ranks (" + dst_dir.string() + ")");
   strategy_layouts dst(dst_strategy);
   std::set<index_t> seen, hint;
   std::vector<transform_target> targets;
@@ -70,7 +67,8 @@ inline transform_job transform_job_for_ranks(const std::filesystem::path& src_di
   for (std::int64_t t : ranks) {
     if (!seen.insert(t).second)
       report_error(op + ": ranks: target rank " + std::to_string(t) + " is listed twice");
-    targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
+    // a DCP checkpoint: one directory, all ranks (the engine refuses some of them)
+    targets.push_back({t, opts.format == checkpoint_format::dcp ? dst_dir : rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
     if (t >= 0 && t < dst.ranks()) valid.push_back(t);
   }
   if (is_dcp_directory(src_dir))  // its chunks are its layout: no strategy, no shape hint
