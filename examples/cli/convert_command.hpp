@@ -18,9 +18,9 @@ inline command add_convert_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("convert", "Convert one checkpoint between ckpt and safetensors (by the names)");
   sub->add_option("--in", o->in, "the checkpoint to read (.ckpt, .safetensors, a Hugging Face checkpoint directory, or a "
                   "PyTorch DCP checkpoint directory, which holds .metadata)")->required();
-  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt), or with --format hf a directory")->required();
+  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt), or with --format hf or dcp a directory")->required();
   add_transform_flags(sub, o->flags, false, false);
-  add_file_format_flags(sub, o->flags);
+  add_file_format_flags(sub, o->flags, true);
 
   return {sub, [o, sub] {
             o->flags.format_given = sub->count("--format") > 0;

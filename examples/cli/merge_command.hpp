@@ -20,10 +20,10 @@ inline command add_merge_command(CLI::App& app) {
   sub->add_option("--src-dir", o->src_dir, "the source checkpoint: SRC_DIR/rank_<r>/<last *.ckpt or *.safetensors>, or a PyTorch DCP "
                   "checkpoint (SRC_DIR holds .metadata; no --src-strategy: its chunks are its layout)")
       ->required();
-  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt), or with --format hf a directory")->required();
+  sub->add_option("--out", o->out, "the file to write (*.safetensors for safetensors, else ckpt), or with --format hf or dcp a directory")->required();
   sub->add_option("--src-strategy", o->src_strategy, "the source strategy file; none = unsplit on one rank");
   add_transform_flags(sub, o->flags, false, false);
-  add_file_format_flags(sub, o->flags);
+  add_file_format_flags(sub, o->flags, true);
 
   return {sub, [o, sub] {
             o->flags.format_given = sub->count("--format") > 0;

@@ -31,7 +31,7 @@ inline command add_split_command(CLI::App& app) {
             check_shard_size(o->flags);
             const auto s = io::split_checkpoint(o->checkpoint, o->dst_dir, o->dst_strategy, o->prefix,
                                                 transform_options_of(o->flags));
-            print_summary("reshard split", targets_line("split", o->checkpoint, o->dst_dir, target_count(s, o->flags.format == "hf"), o->flags.format),
+            print_summary("reshard split", targets_line("split", o->checkpoint, o->dst_dir, target_count(s, o->flags.format == "hf", o->flags.format), o->flags.format),
                           s, o->flags);
           }};
 }

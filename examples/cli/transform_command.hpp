@@ -66,7 +66,7 @@ inline command add_transform_command(CLI::App& app) {
               std::string procs(", ");
               procs.append(std::to_string(s.shares.size())).append(s.shares.size() == 1 ? " process" : " processes");
               print_summary("reshard transform",
-                            targets_line("transformed", o->src_dir, o->dst_dir, target_count(s, o->flags.format == "hf"), o->flags.format, procs), s,
+                            targets_line("transformed", o->src_dir, o->dst_dir, target_count(s, o->flags.format == "hf", o->flags.format), o->flags.format, procs), s,
                             o->flags, &s.shares);
               return;
             }
@@ -74,7 +74,7 @@ inline command add_transform_command(CLI::App& app) {
             const auto s = io::transform_checkpoints(o->src_dir, o->dst_dir, o->prefix, o->src_strategy,
                                                      o->dst_strategy, transform_options_of(o->flags));
             print_summary("reshard transform",
-                          targets_line("transformed", o->src_dir, o->dst_dir, target_count(s, o->flags.format == "hf"), o->flags.format), s,
+                          targets_line("transformed", o->src_dir, o->dst_dir, target_count(s, o->flags.format == "hf", o->flags.format), o->flags.format), s,
                           o->flags);
           }};
 }

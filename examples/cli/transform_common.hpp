@@ -73,6 +73,7 @@ struct transform_flags {
   std::string read_mode = "auto";
   std::string max_memory;  // empty: no bound
   std::string max_shard_size;  // --format hf: empty = 5GB
+  std::string dcp_torch;       // --format dcp: "1.13" or "2"; empty = not given (2)
   std::vector<std::string> include, exclude, rename, dtypes;
   std::string rename_map, manifest;
   std::string plan_out;  // --plan-out: the plan's JSON, and a dry run
@@ -104,11 +105,27 @@ inline std::string check_size(const std::string& v) {
 }
 
 /// --format FORMAT, one option for every command that names a checkpoint format (transform, split,
-/// merge, convert, transform-rank and verify): ckpt, safetensors or hf; `help` says what it means
-/// for the command's outputs.
-inline void add_format_option(CLI::App* sub, std::string& format, const std::string& help) {
-  sub->add_option("--format", format, help)->check(CLI::IsMember({"ckpt", "safetensors", "hf"}));
+/// merge, convert, transform-rank and verify): ckpt, safetensors or hf, and (`dcp`: the commands
+/// that write all target ranks at once) dcp; `help` says what it means for the command's outputs.
+inline void add_format_option(CLI::App* sub, std::string& format, const std::string& help, bool dcp = false) {
+  if (dcp)
+    sub->add_option("--format", format, help)->check(CLI::IsMember({"ckpt", "safetensors", "hf", "dcp"}));
+  else
+    sub->add_option("--format", format, help)->check(CLI::IsMember({"ckpt", "safetensors", "hf"}));
 }
+
+/// --dcp-torch 1.13|2 of the commands that can write a PyTorch DCP checkpoint.
+inline void add_dcp_torch_option(CLI::App* sub, std::string& dcp_torch) {
+  sub->add_option("--dcp-torch", dcp_torch,
+                  "with --format dcp: the torch whose module paths .metadata names, 1.13 "
+                  "(torch.distributed._shard.checkpoint) or 2 (torch.distributed.checkpoint; the default)")
+      ->check(CLI::IsMember({"1.13", "2"}));
+}
+
+/// The text --format adds for the commands that can write a PyTorch DCP checkpoint.
+inline constexpr const char* dcp_format_help =
+    "; dcp: a PyTorch Distributed Checkpoint directory (.metadata and __<rank>_0.distcp per target rank; "
+    "see --dcp-torch)";
 
 /// --max-shard-size SIZE of the commands that can write Hugging Face checkpoints.
 inline void add_shard_size_option(CLI::App* sub, std::string& max_shard_size) {
@@ -118,10 +135,13 @@ inline void add_shard_size_option(CLI::App* sub, std::string& max_shard_size) {
       ->check(check_size);
 }
 
-/// --max-shard-size is refused without --format hf (it would do nothing).
+/// --max-shard-size is refused without --format hf, --dcp-torch without --format dcp (they would
+/// do nothing).
 inline void check_shard_size(const transform_flags& f) {
   if (f.format != "hf" && !f.max_shard_size.empty())
     throw CLI::ValidationError("--max-shard-size", "only with --format hf");
+  if (f.format != "dcp" && !f.dcp_torch.empty())
+    throw CLI::ValidationError("--dcp-torch", "only with --format dcp (it names the torch a DCP checkpoint's .metadata is for)");
 }
 
 /// The text of --format for the commands that write one checkpoint (merge, convert, transform-rank).
@@ -139,9 +159,10 @@ inline constexpr const char* rank_format_help =
 /// --format and --max-shard-size of the commands that write one checkpoint (merge, convert,
 /// transform-rank): the format follows --out's name unless it is hf, a Hugging Face checkpoint
 /// directory.
-inline void add_file_format_flags(CLI::App* sub, transform_flags& f) {
-  add_format_option(sub, f.format, file_format_help);
+inline void add_file_format_flags(CLI::App* sub, transform_flags& f, bool dcp = false) {
+  add_format_option(sub, f.format, dcp ? std::string(file_format_help) + dcp_format_help + ", into the directory --out" : file_format_help, dcp);
   add_shard_size_option(sub, f.max_shard_size);
+  if (dcp) add_dcp_torch_option(sub, f.dcp_torch);
 }
 
 /// Checks --format against the file --out names (merge, convert, transform-rank, verify --out):
@@ -181,8 +202,9 @@ inline void add_name_options(CLI::App* sub, transform_flags& f) {
 
 inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_format, bool with_jobs) {
   if (with_format) {  // the commands that write one file per target rank (transform, split)
-    add_format_option(sub, f.format, rank_format_help);
+    add_format_option(sub, f.format, std::string(rank_format_help) + dcp_format_help + ", all in DST_DIR", true);
     add_shard_size_option(sub, f.max_shard_size);
+    add_dcp_torch_option(sub, f.dcp_torch);
   }
   if (with_jobs)
     sub->add_option("--jobs,-j", f.jobs,
@@ -261,7 +283,9 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   io::transform_options o;
   o.format = f.format == "safetensors" ? io::checkpoint_format::safetensors
              : f.format == "hf"        ? io::checkpoint_format::hf
+             : f.format == "dcp"       ? io::checkpoint_format::dcp
                                        : io::checkpoint_format::ckpt;
+  o.dcp_torch = f.dcp_torch == "1.13" ? io::dcp_layout::torch_1_13 : io::dcp_layout::torch_2;
   if (!f.max_shard_size.empty()) o.max_shard_bytes = *parse_size(f.max_shard_size);
   o.jobs = f.jobs;
   if (o.jobs == 0 && processes().launched) {  // K processes on this machine: the cores shared
@@ -314,9 +338,11 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
 }
 
 /// The targets a summary is about: written, or (dry run) that would be. A Hugging Face target
-/// (`hf`) is a directory of several files: the directories are counted.
-inline std::size_t target_count(const io::transform_summary& s, bool hf) {
+/// (`hf`) is a directory of several files: the directories are counted; a DCP checkpoint
+/// (`format` dcp) holds one data file per target rank and .metadata.
+inline std::size_t target_count(const io::transform_summary& s, bool hf, const std::string& format = "") {
   if (s.preview) return s.preview->targets.size();
+  if (format == "dcp") return s.files - (s.files > 0 ? 1 : 0);
   if (!hf) return s.files;
   std::set<std::filesystem::path> dirs;
   for (const auto& p : s.outputs) dirs.insert(p.parent_path());

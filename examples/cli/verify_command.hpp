@@ -39,7 +39,9 @@ inline command add_verify_command(CLI::App& app) {
   add_format_option(sub, o->flags.format,
                     "the format the run wrote: with --dst-dir ckpt (the default), safetensors or hf (Hugging Face "
                     "directories DST_DIR/rank_<t>/<prefix><t>/); with --out ckpt or safetensors as its name says, or "
-                    "hf (a directory); a Hugging Face checkpoint is compared tensor by tensor, whatever its shards");
+                    "hf (a directory), or (both) dcp: a PyTorch DCP directory; a Hugging Face checkpoint is compared "
+                    "tensor by tensor, whatever its shards, a DCP one chunk by chunk and its .metadata with the run's",
+                    true);
   add_name_options(sub, o->flags);  // the run's selection, renames and casts
   sub->add_option("--jobs,-j", o->flags.jobs, "target files checked in parallel (default 0: one per core)");
   sub->add_option("--read-mode", o->flags.read_mode, "how source tensors are read: auto (pread), pread or mmap")

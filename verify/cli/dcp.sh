@@ -16,14 +16,6 @@ DCP="$SRC/verify/data/dcp"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# ok NAME ARGS...: the program succeeds (else a failure, and returns 1)
-ok() {
-  local name=$1
-  shift
-  run "$@"
-  if [[ $rc -eq 0 ]]; then pass; else fail "$name" "reshard $*" "exit code $rc" "stderr: $err"; return 1; fi
-}
-
 # same_as_torch NAME FIXTURE OUTPUT [RENAMES_JSON [DTYPES_JSON]]: OUTPUT (a .safetensors file or a
 # Hugging Face directory of them) holds exactly the fixture's tensors (renamed), each with the bytes
 # torch loaded (or, with a dtype given, the dtype named).

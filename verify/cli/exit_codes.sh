@@ -64,7 +64,9 @@ declare -A base=(
 )
 for cmd in transform split merge convert transform-rank verify; do
   read -r -a b <<<"${base[$cmd]}"
-  expect_error "$cmd: --format zip" 2 "--format: zip not in {ckpt,safetensors,hf}" "${b[@]}" --format zip
+  formats="ckpt,safetensors,hf"  # and dcp where all target ranks are written at once
+  [[ $cmd == transform-rank ]] || formats+=",dcp"
+  expect_error "$cmd: --format zip" 2 "--format: zip not in {$formats}" "${b[@]}" --format zip
   expect_error "$cmd: --rename without =" 2 "--rename: not REGEX=REPLACEMENT: layer1" "${b[@]}" --rename layer1
   expect_error "$cmd: --rename =x" 2 "--rename: not REGEX=REPLACEMENT: =x" "${b[@]}" --rename =x
   expect_error "$cmd: --rename-map that does not exist" 2 "--rename-map: Path does not exist: $tmp/none.json" \

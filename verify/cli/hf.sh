@@ -28,14 +28,6 @@ expect_hf() {
   if e=$("$PY" "$HFR" "$@" 2>&1 >/dev/null); then pass; else fail "$name" "hf_reference.py $*" "$e"; fi
 }
 
-# ok NAME ARGS...: the program succeeds (else a failure, and returns 1)
-ok() {
-  local name=$1
-  shift
-  run "$@"
-  if [[ $rc -eq 0 ]]; then pass; else fail "$name" "reshard $*" "exit code $rc" "stderr: $err"; return 1; fi
-}
-
 # listing: the entries of $tmp; new_entries BEFORE: those that were not in BEFORE
 listing() { ls -A "$tmp" | LC_ALL=C sort; }
 new_entries() { comm -13 <(printf '%s\n' "$1") <(listing) | paste -sd' ' -; }

@@ -23,6 +23,14 @@ run() {
   rm -f "$e"
 }
 
+# ok NAME ARGS...: the program succeeds (else a failure, and returns 1)
+ok() {
+  local name=$1
+  shift
+  run "$@"
+  if [[ $rc -eq 0 ]]; then pass; else fail "$name" "reshard $*" "exit code $rc" "stderr: $err"; return 1; fi
+}
+
 # expect_json NAME PYTHON-EXPR ARGS...: the program succeeds, prints JSON, and EXPR (over the
 # parsed JSON `j`) is true.
 expect_json() {

@@ -50,7 +50,7 @@ EOF
 # usage: exit 2
 fresh
 expect_error "transform without --dst-dir" 2 "--dst-dir is required" transform --src-dir "$d/src"
-expect_error "bad --format" 2 "--format: zip not in {ckpt,safetensors,hf}" transform --src-dir "$d/src" --dst-dir "$d/out" --format zip
+expect_error "bad --format" 2 "--format: zip not in {ckpt,safetensors,hf,dcp}" transform --src-dir "$d/src" --dst-dir "$d/out" --format zip
 expect_error "bad --jobs" 2 "--jobs" transform --src-dir "$d/src" --dst-dir "$d/out" --jobs many
 expect_error "bad --max-memory" 2 "--max-memory: not a size: 12XB" transform --src-dir "$d/src" --dst-dir "$d/out" --max-memory 12XB
 expect_error "overflowing --max-memory" 2 "--max-memory: not a size: 99999999999T" transform --src-dir "$d/src" --dst-dir "$d/out" --max-memory 99999999999T

@@ -157,7 +157,7 @@ expect_error "verify: --format safetensors with a .ckpt --out" 2 \
 expect_error "verify: --rename without '='" 2 "not REGEX=REPLACEMENT: layer1" \
   verify --src-dir "$d/src" --dst-dir "$d/sel" --rename layer1
 expect_error "verify: a bad --dtype" 2 "not a dtype: float33" verify --src-dir "$d/src" --dst-dir "$d/sel" --dtype float33
-expect_error "verify: --format zip" 2 "--format: zip not in {ckpt,safetensors,hf}" \
+expect_error "verify: --format zip" 2 "--format: zip not in {ckpt,safetensors,hf,dcp}" \
   verify --src-dir "$d/src" --dst-dir "$d/sel" --format zip
 # a bad input named: exit 1
 expect_error "verify: an --include that matches nothing" 1 "include pattern 'no_such_*' matches no parameter of the sources" \

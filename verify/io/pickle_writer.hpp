@@ -1,8 +1,11 @@
-// A small pickle writer for the tests of reshard/io/pickle.hpp and reshard/io/dcp.hpp: it emits
-// the opcodes of Python's protocol 4 pickler one call at a time (so that a test can build valid,
-// malformed and hostile pickles alike), plus the DCP `.metadata` of given tensors under either
-// torch's module paths, written the way torch's pickles are (NEWOBJ + BUILD of each dataclass).
+// Pickles for the tests of reshard/io/pickle.hpp and reshard/io/dcp.hpp: the library's pickle
+// emitter (one opcode a call, so that a test can build valid, malformed and hostile pickles
+// alike), and the DCP `.metadata` of given tensors under either torch's module paths: as the
+// library writes it (encode_dcp_metadata) when no departure is asked for, else by hand with the
+// departures (another class, an extra field, an enum by value ...).
 #pragma once
+
+#include <reshard/io/dcp_writer.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -14,94 +17,8 @@
 
 namespace reshard_test {
 
-class pickle_writer {
- public:
-  explicit pickle_writer(int protocol = 4) {
-    op(0x80);
-    raw(static_cast<char>(protocol));
-  }
-  pickle_writer& op(int code) {
-    raw(static_cast<char>(code));
-    return *this;
-  }
-  pickle_writer& none() { return op('N'); }
-  pickle_writer& boolean(bool b) { return op(b ? 0x88 : 0x89); }
-  pickle_writer& integer(std::int64_t v) {
-    if (v >= 0 && v < 256) return op('K').le(static_cast<std::uint64_t>(v), 1);
-    if (v >= 0 && v < 65536) return op('M').le(static_cast<std::uint64_t>(v), 2);
-    if (v >= INT32_MIN && v <= INT32_MAX) return op('J').le(static_cast<std::uint32_t>(static_cast<std::int32_t>(v)), 4);
-    // LONG1: the shortest two's complement
-    int n = 8;
-    while (n > 1) {
-      const auto shifted = v >> (8 * (n - 1) - 1);
-      if (shifted != 0 && shifted != -1) break;
-      --n;
-    }
-    return op(0x8a).le(static_cast<std::uint64_t>(n), 1).le(static_cast<std::uint64_t>(v), n);
-  }
-  pickle_writer& floating(double d) {
-    std::uint64_t bits;
-    std::memcpy(&bits, &d, 8);
-    op('G');
-    for (int i = 7; i >= 0; --i) raw(static_cast<char>((bits >> (8 * i)) & 0xFF));
-    return *this;
-  }
-  pickle_writer& str(std::string_view s) {
-    if (s.size() < 256) op(0x8c).le(s.size(), 1);
-    else op('X').le(s.size(), 4);
-    out_.append(s);
-    return *this;
-  }
-  pickle_writer& bytes(std::string_view s) {
-    if (s.size() < 256) op('C').le(s.size(), 1);
-    else op('B').le(s.size(), 4);
-    out_.append(s);
-    return *this;
-  }
-  pickle_writer& mark() { return op('('); }
-  pickle_writer& memoize() { return op(0x94); }
-  pickle_writer& get(std::uint32_t i) { return i < 256 ? op('h').le(i, 1) : op('j').le(i, 4); }
-  pickle_writer& global(std::string_view module, std::string_view name) {
-    op('c');
-    out_.append(module);
-    raw('\n');
-    out_.append(name);
-    raw('\n');
-    return *this;
-  }
-  pickle_writer& stack_global(std::string_view module, std::string_view name) { return str(module).str(name).op(0x93); }
-  pickle_writer& stop() { return op('.'); }
-  pickle_writer& le(std::uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) raw(static_cast<char>((v >> (8 * i)) & 0xFF));
-    return *this;
-  }
-  pickle_writer& raw(char c) {
-    out_.push_back(c);
-    return *this;
-  }
-
-  // torch-shaped pieces
-  pickle_writer& torch_size(const std::vector<std::int64_t>& dims) {
-    global("torch", "Size").mark();
-    for (auto d : dims) integer(d);
-    return op('t').op(0x85).op('R');
-  }
-  /// NEWOBJ of `module.cls` with no arguments; BUILD follows with build_dict()
-  pickle_writer& new_object(std::string_view module, std::string_view cls) { return stack_global(module, cls).op(')').op(0x81); }
-  /// opens the state dict of a BUILD: then key, value, ..., then end_build()
-  pickle_writer& build_dict() { return op('}').mark(); }
-  pickle_writer& end_build() { return op('u').op('b'); }
-
-  const std::string& bytes_written() const { return out_; }
-  std::vector<std::byte> data() const {
-    std::vector<std::byte> b(out_.size());
-    std::memcpy(b.data(), out_.data(), out_.size());
-    return b;
-  }
-
- private:
-  std::string out_;
-};
+// the library's emitter (reshard/io/dcp_writer.hpp)
+using pickle_writer = reshard::io::pickle_emitter;
 
 /// One tensor of a test `.metadata`: name, dtype name ("float32"), size, and its chunks as
 /// (offsets, sizes, relative_path, offset, length).
@@ -130,6 +47,26 @@ struct meta_options {
 
 /// The pickle of a DCP Metadata of `tensors`, as torch writes it.
 inline std::vector<std::byte> dcp_metadata_pickle(const std::vector<meta_tensor>& tensors, const meta_options& o = {}) {
+  bool known = true;  // every dtype one the library writes (a test may give another)
+  for (const auto& t : tensors) known = known && reshard::io::torch_dtype(t.dtype).has_value();
+  if (known && o.metadata_class == "Metadata" && o.extra_metadata_field.empty() && !o.transform_descriptor && !o.enum_by_value &&
+      o.enum_name == "MEM_FORMAT_ENCODING" && !o.storage_meta) {
+    reshard::io::dcp_metadata md;
+    md.layout = o.torch2 ? reshard::io::dcp_layout::torch_2 : reshard::io::dcp_layout::torch_1_13;
+    for (const auto& t : tensors) {
+      auto& dt = md.tensors.emplace_back();
+      dt.fqn = t.fqn;
+      dt.type = reshard::io::torch_dtype(t.dtype).value();
+      dt.size = t.size;
+      for (const auto& c : t.chunks)
+        dt.chunks.push_back({c.offsets, c.sizes, {c.path, static_cast<std::uint64_t>(c.offset), static_cast<std::uint64_t>(c.length)}});
+    }
+    for (const auto& b : o.byte_items) md.byte_items.push_back({b, {"__0_9.distcp", 0, 10}});
+    const std::string s = reshard::io::encode_dcp_metadata(md);
+    std::vector<std::byte> out(s.size());
+    std::memcpy(out.data(), s.data(), s.size());
+    return out;
+  }
   const std::string meta = o.torch2 ? "torch.distributed.checkpoint.metadata" : "torch.distributed._shard.checkpoint.metadata";
   const std::string props = o.torch2 ? meta : "torch.distributed._shard.sharded_tensor.metadata";
   const std::string fs = o.torch2 ? "torch.distributed.checkpoint.filesystem" : "torch.distributed._shard.checkpoint.filesystem";

@@ -2,7 +2,8 @@
 # `mpirun -n K reshard transform`: K processes share the target ranks. For each scenario of
 # verify/python/ms_scenario.py (8->4 with optimizer sharding and CRC trailers, 8->4 inference, 8->3
 # uneven, a merged 2-stage pipeline, 4 ranks to a pipeline, 6->4 from safetensors) and a PyTorch DCP
-# checkpoint to 4 ranks, in ckpt and safetensors, the files of K = 2, 3 (and 5 > N) processes are byte for byte those of one process.
+# checkpoint to 4 ranks, in ckpt and safetensors, the files of K = 2, 3 (and 5 > N) processes are byte for byte those of one process;
+# into a DCP checkpoint (--format dcp) 2 processes are refused (its .metadata lists every rank's chunks).
 # Then: each process opens only the source files its targets need (process 0 too), its targets a
 # contiguous run of ranks; a bad source file that only
 # one process reads, an unwritable target of one process and an existing output each fail the
@@ -83,6 +84,15 @@ cat >"$d/dst.json" <<'EOF'
 EOF
 strategies=(--dst-strategy "$d/dst.json")
 same_as_one "a DCP checkpoint to 4 ranks" safetensors 2 3
+# into a DCP checkpoint (--format dcp): its .metadata lists every rank's chunks, so K processes
+# are refused (exit 1, said once, nothing written) and one process writes it
+mrun 2 transform --src-dir "$d/src" --dst-dir "$d/dcp_out" "${strategies[@]}" --format dcp
+n=$(grep -c "whose .metadata lists the chunks of every target rank" <<<"$err" || true)
+if [[ $rc -eq 1 && $n -eq 1 && ! -e $d/dcp_out ]]; then pass; else
+  fail "--format dcp under mpirun -n 2: exit 1, said once, nothing written" "exit code $rc" "stderr: $err"
+fi
+mrun 1 transform --src-dir "$d/src" --dst-dir "$d/dcp_out" "${strategies[@]}" --format dcp
+[[ $rc -eq 0 && -e $d/dcp_out/.metadata ]] && pass || fail "--format dcp under mpirun -n 1" "exit code $rc" "stderr: $err"
 # the checker (numpy, protobuf's parser) accepts what 3 processes wrote
 scenario uneven_8to3
 mrun 3 transform --src-dir "$d/src" --dst-dir "$d/out" "${strategies[@]}" --jobs 2

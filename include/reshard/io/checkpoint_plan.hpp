@@ -84,6 +84,15 @@ struct plan_item {
   friend bool operator==(const plan_item&, const plan_item&) = default;
 };
 
+/// A byte item of a PyTorch DCP source (a pickled Python object's torch.save archive), copied as
+/// stored into a DCP target's data file after its tensors: `bytes` bytes at `offset` of `file`.
+struct plan_byte_item {
+  std::string name;
+  std::filesystem::path file;
+  std::uint64_t offset = 0, bytes = 0;
+  friend bool operator==(const plan_byte_item&, const plan_byte_item&) = default;
+};
+
 /// One target file (or Hugging Face checkpoint directory) and its items in file order.
 struct plan_target {
   index_t rank = 0;
@@ -95,6 +104,8 @@ struct plan_target {
   /// (Hugging Face checkpoints, and safetensors files converted from one: transformers refuses
   /// other values)
   std::string safetensors_format = "ms";
+  /// dcp: the byte items of a DCP source this target's data file stores after its items
+  std::vector<plan_byte_item> byte_items;
   friend bool operator==(const plan_target&, const plan_target&) = default;
 };
 
@@ -132,6 +143,7 @@ struct checkpoint_plan {
   std::map<std::string, rank_boxes, std::less<>> holds;
   bool crc = false;                              ///< ckpt targets: the crc_num trailer
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;  ///< ckpt targets: the piece size of tensors
+  dcp_layout dcp_torch = dcp_layout::torch_2;    ///< dcp targets: the module paths of `.metadata`
   friend bool operator==(const checkpoint_plan&, const checkpoint_plan&) = default;
 };
 
@@ -378,10 +390,17 @@ inline nlohmann::json to_json(const checkpoint_plan& p) {
                             {"cross_rank_bytes", s.cross_bytes},
                             {"lower_bound_bytes", s.lower_bound_bytes},
                             {"items", items}});
+    if (!t.byte_items.empty()) {
+      nlohmann::json& b = j["targets"].back()["byte_items"] = nlohmann::json::array();
+      for (const auto& x : t.byte_items)
+        b.push_back({{"name", x.name}, {"file", x.file.string()}, {"offset", x.offset}, {"bytes", x.bytes}});
+    }
   }
   detail::put_totals(j, p);
   j["casts"] = detail::casts_json(p.casts);
   j["ckpt"] = {{"crc", p.crc}, {"chunk_bytes", p.chunk_bytes}};
+  if (std::any_of(p.targets.begin(), p.targets.end(), [](const plan_target& t) { return t.format == checkpoint_format::dcp; }))
+    j["dcp"] = {{"torch", p.dcp_torch == dcp_layout::torch_1_13 ? "1.13" : "2"}};
   return j;
 }
 

@@ -39,6 +39,7 @@
 #include <reshard/io/cast.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
 #include <reshard/io/dtype_rules.hpp>
@@ -87,7 +88,13 @@ struct transform_options {
   /// directory: safetensors shards of at most max_shard_bytes filled in the target's order
   /// (hf_shards), then model.safetensors.index.json, all staged and renamed into place with the
   /// index last (hf.hpp; one shard: model.safetensors, no index).
+  /// checkpoint_format::dcp: the targets are one PyTorch DCP directory (the output path; every
+  /// target rank's path is that directory): `__<rank>_0.distcp` per target rank, each target's
+  /// boxes its chunks (a box replicated on several ranks stored once, by the lowest), and
+  /// `.metadata` written last, after every data file (dcp_writer.hpp).
   checkpoint_format format = checkpoint_format::ckpt;
+  /// format dcp: the module paths of `.metadata` (torch 1.13's or torch 2.x's).
+  dcp_layout dcp_torch = dcp_layout::torch_2;
   /// The bound on a Hugging Face shard's tensor bytes (format hf); 5 GB, as Hugging Face's default.
   std::uint64_t max_shard_bytes = 5'000'000'000;
   /// Target files written in parallel; 0 (the default): one per core, at most one per target
@@ -166,6 +173,8 @@ inline void place_items(const transform_target& t, std::vector<plan_item> items,
       pt.files.push_back(t.path / hf_shard_name(k, first.size()));
     }
     if (first.size() > 1) pt.files.push_back(t.path / hf_index_name);
+  } else if (f.format == checkpoint_format::dcp) {  // the rank's data file of the DCP directory
+    pt.files.push_back(t.path / dcp_data_file_name(t.rank));
   } else {
     if (f.format == checkpoint_format::safetensors)
       std::sort(items.begin(), items.end(), [](const plan_item& a, const plan_item& b) { return a.name < b.name; });
@@ -208,11 +217,16 @@ class transform_job {
                 std::string op, std::vector<std::string> warnings = {})
       : targets_(std::move(targets)), catalogue_(std::move(src), std::move(dst), targets_, op), opts_(std::move(opts)),
         exec_{opts_.jobs, opts_.buffer_bytes}, op_(std::move(op)), warnings_(std::move(warnings)) {
-    const bool in_memory = !targets_.empty() && targets_.front().path.empty();  // load(): no file
-    const auto w = catalogue_.dcp()->byte_item_warnings(in_memory    ? "tensors in memory"
-                                                        : hf_target() ? "a Hugging Face checkpoint"
-                                                                      : "ckpt or safetensors files");
-    warnings_.insert(warnings_.end(), w.begin(), w.end());
+    // into a DCP target they are copied (make_plan), unless name rules are given
+    if (!dcp_target() || !opts_.names.empty()) {
+      const bool in_memory = !targets_.empty() && targets_.front().path.empty();  // load(): no file
+      const auto w = catalogue_.dcp()->byte_item_warnings(
+          in_memory      ? "tensors in memory"
+          : hf_target()  ? "a Hugging Face checkpoint"
+          : dcp_target() ? "a PyTorch DCP checkpoint under --include, --exclude or --rename (not copied yet)"
+                         : "ckpt or safetensors files");
+      warnings_.insert(warnings_.end(), w.begin(), w.end());
+    }
     check_target_ranks();
   }
 
@@ -340,7 +354,7 @@ class transform_job {
     reshard::parallel_for(n, threads(), [&](std::size_t i) {
       const plan_target& t = plan_->targets[i];
       auto& found = per[i];
-      const auto rd = compare_sink::open(t.path, found);
+      const auto rd = compare_sink::open(t.format == checkpoint_format::dcp ? t.files.front() : t.path, found);
       if (!rd) return;
       compare_sink out(*rd, found);
       const transform_summary s = run.run_target(i, out);
@@ -348,6 +362,7 @@ class transform_job {
       bytes[i] = out.bytes_compared();
     });
     verify_report r;
+    if (dcp_target() && !targets_.empty()) verify_dcp_metadata(targets_.front().path, r);
     for (std::size_t i = 0; i < n; ++i) {
       r.files += 1;
       r.tensors += tensors[i];
@@ -359,6 +374,21 @@ class transform_job {
   }
 
  private:
+  // A DCP target's .metadata against the plan's (dcp_metadata_of): the same tensors, chunks, byte
+  // items and places, whichever torch's module paths it names; a difference is a mismatch.
+  void verify_dcp_metadata(const std::filesystem::path& dir, verify_report& r) const {
+    r.files += 1;
+    try {
+      const dcp_metadata got = read_dcp_metadata(dir), want = dcp_metadata_of(*plan_, dir, dcp_layout::torch_2);
+      if (got.tensors != want.tensors)
+        r.mismatches.push_back({dcp_metadata_path(dir), {}, "lists other tensors, chunks or places than the run writes"});
+      if (got.byte_items != want.byte_items)
+        r.mismatches.push_back({dcp_metadata_path(dir), {}, "lists other byte items than the run writes"});
+    } catch (const reshard::error& e) {
+      r.mismatches.push_back({dcp_metadata_path(dir), {}, std::string("cannot be read: ") + e.what()});
+    }
+  }
+
   // The summary's fields known at the end.
   void finish(transform_summary& s) {
     std::vector<const checkpoint_reader*> read;
@@ -422,6 +452,7 @@ class transform_job {
                      " would be written twice");
       last = items.size();
       const plan_format f = hf_target()                 ? plan_format{checkpoint_format::hf, opts_.max_shard_bytes, "pt"}
+                            : dcp_target()              ? plan_format{checkpoint_format::dcp, 0, "pt"}
                             : safetensors_target(t)     ? plan_format{checkpoint_format::safetensors, 0, source_metadata(t)}
                                                         : plan_format{checkpoint_format::ckpt, 0, "ms"};
       place_items(t, std::move(items), f, pl.targets.emplace_back());
@@ -431,6 +462,19 @@ class transform_job {
     if (!previewing_) verify_crcs();
     fit_memory();
     for (auto& [name, by_rank] : pl.holds) sort_by_rank(by_rank);
+    if (dcp_target()) {
+      for (const auto& t : pl.targets)
+        for (const auto& it : t.items) check_dcp_item(it, op_);
+      dedup_dcp_chunks(pl);
+      pl.dcp_torch = opts_.dcp_torch;
+      const dcp_source* src = catalogue_.dcp();
+      if (src && opts_.names.empty() && !pl.targets.empty()) {  // the byte items, stored by the lowest rank
+        plan_target& low = *std::min_element(pl.targets.begin(), pl.targets.end(),
+                                             [](const plan_target& a, const plan_target& b) { return a.rank < b.rank; });
+        for (const auto& b : src->metadata->byte_items)
+          low.byte_items.push_back({b.fqn, src->dir / b.storage.relative_path, b.storage.offset, b.storage.length});
+      }
+    }
     sum_plan(pl, [&](index_t r) { return catalogue_.files().at(r); });
     for (auto& [r, s] : pl.sources) {
       s.size = catalogue_.open(r).file_size();
@@ -457,9 +501,10 @@ class transform_job {
     pi.name = std::string(it.name());
     if (!it.p) {
       const tensor_ref& e = *it.raw;
-      if ((hf_target() || safetensors_target(t)) && (e.map_tensor || e.type == dtype::str))
+      if ((hf_target() || dcp_target() || safetensors_target(t)) && (e.map_tensor || e.type == dtype::str))
         report_error(op_ + ": " + catalogue_.open(it.base).path().string() + ": parameter " + detail::quote_name(e.name) + " is a " +
-                     (e.map_tensor ? "map tensor" : "str tensor") + ", which safetensors cannot hold (write ckpt)");
+                     (e.map_tensor ? "map tensor" : "str tensor") + ", which " + (dcp_target() ? "a PyTorch DCP checkpoint" : "safetensors") +
+                     " cannot hold (write ckpt)");
       decide_item_cast(it);
       pi.raw = true;
       pi.source_rank = it.base;
@@ -514,18 +559,34 @@ class transform_job {
     return pi;
   }
 
-  // Every target is a rank of the target strategy.
+  // Every target is a rank of the target strategy; a PyTorch DCP target (one directory whose
+  // .metadata lists every rank's chunks) is every rank, once, in one directory.
   void check_target_ranks() const {
     for (const auto& t : targets_)
       if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
         report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
                      ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
+    if (!dcp_target()) return;
+    std::set<index_t> ranks;
+    bool one_dir = true;
+    for (const auto& t : targets_) ranks.insert(t.rank), one_dir = one_dir && t.path == targets_.front().path;
+    if (!one_dir || static_cast<index_t>(ranks.size()) != catalogue_.target_ranks() || ranks.size() != targets_.size())
+      report_error(op_ + ": a PyTorch DCP checkpoint (format dcp) is written for all " + std::to_string(catalogue_.target_ranks()) +
+                   " target ranks at once, into one directory: its .metadata lists every rank's chunks (" +
+                   std::to_string(targets_.size()) + " target" + (targets_.size() == 1 ? "" : "s") + " given)");
   }
 
   // -- outputs: none is a source, none exists unless `force` (check_output_paths, execute.hpp)
   void check_outputs() {
     std::vector<output_path> outputs;
-    for (const auto& t : targets_) outputs.push_back({t.path, hf_target()});
+    for (const auto& t : targets_) {
+      if (!dcp_target()) {
+        outputs.push_back({t.path, hf_target()});
+        continue;
+      }
+      outputs.push_back({t.path / dcp_data_file_name(t.rank), false});  // a DCP directory: its files
+      if (&t == &targets_.front()) outputs.push_back({dcp_metadata_path(t.path), false});
+    }
     if (opts_.manifest.empty()) {  // the sources stat'ed only if an output exists
       check_output_paths(outputs, catalogue_.files(), opts_.force, op_);
       return;
@@ -576,6 +637,8 @@ class transform_job {
 
   // The targets are Hugging Face checkpoint directories.
   bool hf_target() const noexcept { return opts_.format == checkpoint_format::hf; }
+  // The targets are one PyTorch DCP directory.
+  bool dcp_target() const noexcept { return opts_.format == checkpoint_format::dcp; }
   // Target t is a safetensors file (by its name: no system call, it is asked per parameter).
   static bool safetensors_target(const transform_target& t) { return t.path.extension() == ".safetensors"; }
 

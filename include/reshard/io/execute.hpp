@@ -16,6 +16,7 @@
 #include <reshard/parallel.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/manifest.hpp>
 #include <reshard/io/mapped_file.hpp>
 #include <reshard/io/memory_fit.hpp>
@@ -64,10 +65,17 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
                                             staged_outputs& out, const plan_write_config& c, const std::string& op) {
   std::vector<std::vector<std::filesystem::path>> parts;
   parts.reserve(plan.targets.size());
+  std::vector<std::filesystem::path> dcp_dirs;  // each PyTorch DCP directory written, once
   for (const auto& t : plan.targets) {
     parts.push_back(out.add(t.files));
     if (t.format == checkpoint_format::hf) out.replaces_hf(t.path);
+    if (t.format == checkpoint_format::dcp && std::find(dcp_dirs.begin(), dcp_dirs.end(), t.path) == dcp_dirs.end())
+      dcp_dirs.push_back(t.path);
   }
+  // a DCP directory's .metadata: staged after every data file, so renamed into place after them all
+  std::vector<std::filesystem::path> metadata_finals, metadata_parts;
+  for (const auto& d : dcp_dirs) metadata_finals.push_back(dcp_metadata_path(d));
+  if (!metadata_finals.empty()) metadata_parts = out.add(metadata_finals);
   out.prepare();
   plan_executor run(plan, sources, c.exec, c.reads, op, c.progress);
   const file_sink_options fo{plan.crc, plan.chunk_bytes, c.sync ? durability::deferred : durability::none, c.digests};
@@ -94,7 +102,19 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
       per[group[g]] = std::move(s);
     }
   });
-  return merge_summaries(std::span<transform_summary>(per), true);
+  transform_summary s = merge_summaries(std::span<transform_summary>(per), true);
+  for (std::size_t k = 0; k < dcp_dirs.size(); ++k) {  // from the plan alone (dcp_metadata_of)
+    const std::string text = encode_dcp_metadata(dcp_metadata_of(plan, dcp_dirs[k], plan.dcp_torch));
+    atomic_file_writer w(metadata_parts[k], true, "dcp", c.sync ? durability::deferred : durability::none);
+    sha256 d;
+    if (c.digests) w.observe([&d](std::span<const std::byte> b) { d.update(b); });
+    w.write(text);
+    w.commit();
+    s.written.push_back({metadata_finals[k], text.size(), c.digests ? d.hex() : std::string(), {}});
+    s.files += 1;
+    s.bytes_written += text.size();
+  }
+  return s;
 }
 
 /// Each source file's device and inode, and its rank (one stat a file): what check_output_paths

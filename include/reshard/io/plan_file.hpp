@@ -119,13 +119,20 @@ inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string
       pt.format = checkpoint_format::safetensors;
     else if (format == "hf")
       pt.format = checkpoint_format::hf;
+    else if (format == "dcp")
+      pt.format = checkpoint_format::dcp;
     else
-      r.fail(w + ".format", "unknown format '" + format + "' (ckpt, safetensors or hf)");
+      r.fail(w + ".format", "unknown format '" + format + "' (ckpt, safetensors, hf or dcp)");
     for (const auto& file : r.array(t, "files", w)) {
       if (!file.is_string()) r.fail(w + ".files", "not an array of strings");
       pt.files.emplace_back(file.get<std::string>());
     }
     pt.safetensors_format = r.str(t, "safetensors_format", w);
+    if (t.contains("byte_items"))
+      for (const auto& b : r.array(t, "byte_items", w)) {
+        const std::string wb = w + ".byte_items[" + std::to_string(pt.byte_items.size()) + "]";
+        pt.byte_items.push_back({r.str(b, "name", wb), r.str(b, "file", wb), r.u64(b, "offset", wb), r.u64(b, "bytes", wb)});
+      }
     for (const auto& i : r.array(t, "items", w)) {
       const std::string wi = w + ".items[" + std::to_string(pt.items.size()) + "]";
       plan_item& it = pt.items.emplace_back();
@@ -188,6 +195,11 @@ inline checkpoint_plan plan_from_json(const nlohmann::json& j, const std::string
   const auto& ck = r.at(j, "ckpt", "the plan");
   p.crc = r.flag(ck, "crc", "ckpt");
   p.chunk_bytes = r.u64(ck, "chunk_bytes", "ckpt");
+  if (j.contains("dcp")) {
+    const std::string torch = r.str(r.at(j, "dcp", "the plan"), "torch", "dcp");
+    if (torch != "1.13" && torch != "2") r.fail("dcp.torch", "'" + torch + "' is not 1.13 or 2");
+    p.dcp_torch = torch == "1.13" ? dcp_layout::torch_1_13 : dcp_layout::torch_2;
+  }
   return p;
 }
 
@@ -209,7 +221,7 @@ inline std::vector<std::string> checkpoint_plan_problems(const checkpoint_plan& 
     if (t.format == checkpoint_format::hf && files > 1) data_files = files - 1;  // the index
     if (files == 0 || (t.format != checkpoint_format::hf && files != 1)) add(wt() + ": " + std::to_string(files) + " files for the format " + std::string(to_string(t.format)));
     if (t.format == checkpoint_format::hf && files == 2) add(wt() + ": a sharded Hugging Face checkpoint of one shard");
-    if (t.items.empty()) add(wt() + ": no items");
+    if (t.items.empty() && t.format != checkpoint_format::dcp) add(wt() + ": no items");  // DCP: a rank's boxes may all be stored by lower ranks
     names.clear();
     for (const plan_item& it : t.items) names.push_back(it.name);
     std::sort(names.begin(), names.end());
@@ -362,6 +374,16 @@ inline checkpoint_plan plan_part(const checkpoint_plan& p, const std::vector<std
   q.warnings = p.warnings;
   q.crc = p.crc;
   q.chunk_bytes = p.chunk_bytes;
+  q.dcp_torch = p.dcp_torch;
+  // a PyTorch DCP directory's `.metadata` lists every target rank's chunks: its targets are not cut
+  for (std::size_t i = 0; i < p.targets.size(); ++i) {
+    if (p.targets[i].format != checkpoint_format::dcp) continue;
+    for (std::size_t k = 0; k < p.targets.size(); ++k)
+      if (p.targets[k].path == p.targets[i].path && (of[i] == index) != (of[k] == index))
+        report_error("plan part " + std::to_string(index + 1) + ": the plan writes the PyTorch DCP checkpoint " +
+                     p.targets[i].path.string() + ", whose .metadata lists the chunks of every target rank: it is "
+                     "written by one run of the whole plan, not in parts (run it without --part, or with one process)");
+  }
   std::set<std::string_view> names;
   for (std::size_t i = 0; i < p.targets.size(); ++i) {
     if (of[i] != index) continue;

@@ -35,7 +35,7 @@ namespace reshard::io {
 namespace detail {
 
 inline constexpr std::string_view plan_wire_magic = "RSPLAN";
-inline constexpr std::uint64_t plan_wire_version = 1;
+inline constexpr std::uint64_t plan_wire_version = 2;
 
 class plan_wire_writer {
  public:
@@ -118,7 +118,7 @@ class plan_wire_reader {
   }
   checkpoint_format a_format() {
     const std::uint8_t v = u8();
-    if (v > static_cast<std::uint8_t>(checkpoint_format::hf)) fail("format " + std::to_string(v));
+    if (v > static_cast<std::uint8_t>(checkpoint_format::dcp)) fail("format " + std::to_string(v));
     return static_cast<checkpoint_format>(v);
   }
   void expect(std::string_view s, const char* what) {
@@ -189,6 +189,13 @@ inline std::string plan_to_bytes(const checkpoint_plan& p) {
       }
       w.u64(it.file);
     }
+    w.u64(t.byte_items.size());
+    for (const auto& b : t.byte_items) {
+      w.str(b.name);
+      w.str(b.file.native());
+      w.u64(b.offset);
+      w.u64(b.bytes);
+    }
   }
   w.u64(p.bytes_read);
   w.u64(p.bytes_written);
@@ -216,6 +223,7 @@ inline std::string plan_to_bytes(const checkpoint_plan& p) {
   }
   w.u8(p.crc ? 1 : 0);
   w.u64(p.chunk_bytes);
+  w.u8(p.dcp_torch == dcp_layout::torch_1_13 ? 1 : 0);
   return w.take();
 }
 
@@ -269,6 +277,13 @@ inline checkpoint_plan plan_from_bytes(std::string_view bytes, const std::string
       }
       it.file = static_cast<std::size_t>(r.u64());
     }
+    t.byte_items.resize(r.count(8 * 4));
+    for (auto& b : t.byte_items) {
+      b.name = r.str();
+      b.file = r.str();
+      b.offset = r.u64();
+      b.bytes = r.u64();
+    }
   }
   p.bytes_read = r.u64();
   p.bytes_written = r.u64();
@@ -298,6 +313,7 @@ inline checkpoint_plan plan_from_bytes(std::string_view bytes, const std::string
   }
   p.crc = r.flag();
   p.chunk_bytes = r.u64();
+  p.dcp_torch = r.flag() ? dcp_layout::torch_1_13 : dcp_layout::torch_2;
   if (!r.done()) r.fail("bytes after the plan");
   return p;
 }

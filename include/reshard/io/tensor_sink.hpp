@@ -1,8 +1,10 @@
 // reshard/io/tensor_sink.hpp: where the plan executor (plan_executor.hpp) puts the tensors of one
 // target of a checkpoint plan. One interface, five sinks:
 //
-//   target_file_sink   the target's files: a ckpt or safetensors file, or a Hugging Face
-//                      checkpoint (shards, then the index), written to staged paths (staging.hpp)
+//   target_file_sink   the target's files: a ckpt or safetensors file, a Hugging Face
+//                      checkpoint (shards, then the index), or a target rank's data file of a
+//                      PyTorch DCP checkpoint (each item one torch.save archive: dcp_writer.hpp),
+//                      written to staged paths (staging.hpp)
 //   memory_sink        memory that a tensor_allocator gives (load_checkpoint_by_rank)
 //   compare_sink       compares the bytes with an existing file's, in chunks (verify)
 //
@@ -17,7 +19,10 @@
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
 #include <reshard/io/ckpt.hpp>
+#include <reshard/io/crc32.hpp>
+#include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/hf.hpp>
+#include <reshard/io/mapped_file.hpp>
 #include <reshard/io/safetensors.hpp>
 #include <reshard/io/sha256.hpp>
 #include <reshard/io/summary.hpp>
@@ -27,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -102,6 +108,11 @@ class target_file_sink final : public tensor_sink {
       rec.tensors.push_back({it.name, it.to, it.dims});
       infos.push_back({it.name, it.to, it.scalar ? std::vector<std::int64_t>{} : it.dims});
     }
+    if (t_.format == checkpoint_format::dcp) {
+      dcp_.emplace(staged_[k], true, "dcp", o_.durability);
+      if (on_write) dcp_->observe(std::move(on_write));
+      return;
+    }
     if (t_.format == checkpoint_format::ckpt) {
       ckpt_.emplace(staged_[k], ckpt_write_options{.crc = o_.crc,
                                                    .chunk_bytes = o_.chunk_bytes,
@@ -120,15 +131,24 @@ class target_file_sink final : public tensor_sink {
   }
   void begin(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) override {
     if (ckpt_) ckpt_->begin(name, type, dims, bytes);
+    if (!dcp_) return;
+    // a torch.save archive: its head, the bytes as they come (their CRC-32 kept), its tail
+    head_ = torch_archive_head_of(type, dims);
+    dcp_->write(head_.bytes);
+    tensor_bytes_ = bytes;
+    crc_ = 0;
   }
   void append(std::span<const std::byte> b) override {
     if (ckpt_)
       ckpt_->append(b);
+    else if (dcp_)
+      dcp_->write(b), crc_ = crc32(b, crc_);
     else
       st_->append(b);
   }
   void end() override {
     if (ckpt_) ckpt_->end();
+    if (dcp_) dcp_->write(torch_archive_tail(head_, tensor_bytes_, crc_));
   }
   bool copy_serialized(const ckpt_entry& e, std::string_view name) override {
     if (!ckpt_) return false;
@@ -141,8 +161,10 @@ class target_file_sink final : public tensor_sink {
   void finish() override {
     if (ckpt_) ckpt_->commit(), close_record(ckpt_->size());
     if (st_) st_->commit(), close_record(st_->size());
+    if (dcp_) copy_byte_items(), dcp_->commit(), close_record(dcp_->size());
     ckpt_.reset();
     st_.reset();
+    dcp_.reset();
     if (t_.format != checkpoint_format::hf || t_.files.size() <= records_.size()) return;
     // the index of a sharded Hugging Face checkpoint, last
     std::map<std::string, std::string> weight_map;
@@ -166,6 +188,23 @@ class target_file_sink final : public tensor_sink {
   std::vector<written_file>& records() noexcept { return records_; }
 
  private:
+  // A DCP target's byte items (plan_target::byte_items) after its tensors, copied as stored, in
+  // pieces of 64 KiB.
+  void copy_byte_items() {
+    std::vector<char> buf;
+    for (const plan_byte_item& b : t_.byte_items) {
+      std::ifstream in(b.file, std::ios::binary);
+      in.seekg(static_cast<std::streamoff>(b.offset));
+      for (std::uint64_t left = b.bytes; left > 0;) {
+        buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(left, 64 << 10)));
+        if (!in.read(buf.data(), static_cast<std::streamsize>(buf.size())))
+          report_error("dcp: " + b.file.string() + ": byte item " + detail::quote_name(b.name) + ": cannot read " +
+                       std::to_string(b.bytes) + " bytes at " + std::to_string(b.offset) + " (the file changed since the plan?)");
+        dcp_->write(std::as_bytes(std::span<const char>(buf)));
+        left -= buf.size();
+      }
+    }
+  }
   void close_record(std::uint64_t bytes) {  // `bytes`: what the writer wrote, the file's size
     written_file& rec = records_.back();
     rec.bytes = bytes;
@@ -177,6 +216,10 @@ class target_file_sink final : public tensor_sink {
   file_sink_options o_;
   std::optional<ckpt_writer> ckpt_;
   std::optional<safetensors_writer> st_;
+  std::optional<atomic_file_writer> dcp_;  // a DCP data file: torch.save archives one after another
+  torch_archive_head head_;                // of the current item
+  std::uint64_t tensor_bytes_ = 0;
+  std::uint32_t crc_ = 0;
   std::optional<sha256> digest_;
   std::vector<written_file> records_;
 };

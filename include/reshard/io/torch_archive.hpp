@@ -222,29 +222,39 @@ struct torch_tensor {
   std::int64_t storage_offset = 0;  ///< in elements
 };
 
+/// The dtypes reshard holds that torch has: the dtype, torch's name of it and its storage class
+/// (what torch.save pickles). Read by torch_storage_dtype and torch_dtype, written by
+/// dcp_writer.hpp.
+struct torch_dtype_names {
+  io::dtype type;
+  std::string_view name, storage;
+};
+inline constexpr std::array<torch_dtype_names, 10> torch_dtype_table{{
+    {io::dtype::float32, "float32", "FloatStorage"},   {io::dtype::float64, "float64", "DoubleStorage"},
+    {io::dtype::float16, "float16", "HalfStorage"},    {io::dtype::bfloat16, "bfloat16", "BFloat16Storage"},
+    {io::dtype::int64, "int64", "LongStorage"},        {io::dtype::int32, "int32", "IntStorage"},
+    {io::dtype::int16, "int16", "ShortStorage"},       {io::dtype::int8, "int8", "CharStorage"},
+    {io::dtype::uint8, "uint8", "ByteStorage"},        {io::dtype::boolean, "bool", "BoolStorage"}}};
+
 /// The dtype of the torch storage class `name` ("FloatStorage"), if reshard holds it.
 inline std::optional<io::dtype> torch_storage_dtype(std::string_view name) noexcept {
-  constexpr std::array<std::pair<std::string_view, io::dtype>, 10> table{{
-      {"FloatStorage", io::dtype::float32}, {"DoubleStorage", io::dtype::float64},
-      {"HalfStorage", io::dtype::float16}, {"BFloat16Storage", io::dtype::bfloat16},
-      {"LongStorage", io::dtype::int64}, {"IntStorage", io::dtype::int32},
-      {"ShortStorage", io::dtype::int16}, {"CharStorage", io::dtype::int8},
-      {"ByteStorage", io::dtype::uint8}, {"BoolStorage", io::dtype::boolean}}};
-  for (const auto& [n, t] : table)
-    if (n == name) return t;
+  for (const auto& e : torch_dtype_table)
+    if (e.storage == name) return e.type;
   return std::nullopt;
 }
 
 /// The dtype of the torch dtype `name` ("float32", "bfloat16"), if reshard holds it.
 inline std::optional<io::dtype> torch_dtype(std::string_view name) noexcept {
-  constexpr std::array<std::pair<std::string_view, io::dtype>, 10> table{{
-      {"float32", io::dtype::float32}, {"float64", io::dtype::float64}, {"float16", io::dtype::float16},
-      {"bfloat16", io::dtype::bfloat16}, {"int64", io::dtype::int64}, {"int32", io::dtype::int32},
-      {"int16", io::dtype::int16}, {"int8", io::dtype::int8}, {"uint8", io::dtype::uint8},
-      {"bool", io::dtype::boolean}}};
-  for (const auto& [n, t] : table)
-    if (n == name) return t;
+  for (const auto& e : torch_dtype_table)
+    if (e.name == name) return e.type;
   return std::nullopt;
+}
+
+/// torch's names of `type`, or null when torch has no such dtype (uint16, uint32, uint64, str).
+inline const torch_dtype_names* torch_names_of(io::dtype type) noexcept {
+  for (const auto& e : torch_dtype_table)
+    if (e.type == type) return &e;
+  return nullptr;
 }
 
 namespace detail {

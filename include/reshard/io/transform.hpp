@@ -47,11 +47,13 @@ namespace reshard::io {
 namespace detail {
 // Every target rank of `dst` and its file `dst_dir/rank_<t>/<prefix><t>.<format>`; for
 // checkpoint_format::hf, its Hugging Face checkpoint directory `dst_dir/rank_<t>/<prefix><t>/`
-// (rank_checkpoint_path's name with no extension, as work_split and MPI name it too).
+// (rank_checkpoint_path's name with no extension, as work_split and MPI name it too); for
+// checkpoint_format::dcp, `dst_dir` itself, the PyTorch DCP directory of all ranks.
 inline std::vector<transform_target> rank_targets(const strategy_layouts& dst, const std::filesystem::path& dst_dir,
                                                   std::string_view prefix, checkpoint_format format) {
   std::vector<transform_target> targets;
-  for (index_t t = 0; t < dst.ranks(); ++t) targets.push_back({t, rank_checkpoint_path(dst_dir, prefix, t, format)});
+  for (index_t t = 0; t < dst.ranks(); ++t)  // a PyTorch DCP checkpoint: one directory for all ranks
+    targets.push_back({t, format == checkpoint_format::dcp ? dst_dir : rank_checkpoint_path(dst_dir, prefix, t, format)});
   return targets;
 }
 
