@@ -135,7 +135,6 @@ inline transform_job transform_job_for_ranks(const std::filesystem::path& src_di
       report_error(op + ": ranks: target rank " + std::to_string(t) + " is listed twice");
     // a DCP checkpoint: one directory, all ranks (the engine refuses some of them)
     targets.push_back({t, opts.format == checkpoint_format::dcp ? dst_dir : rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
-    if (t >= 0 && t < dst.ranks()) valid.push_back(t);
   }
   return detail::job_for_targets(src_dir, src_strategy, std::move(dst), std::move(targets), opts);
 }
