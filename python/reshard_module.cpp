@@ -298,8 +298,21 @@ reshard::io::transform_options options_of(run_state& st, unsigned jobs, bool for
     o.format = reshard::io::checkpoint_format::safetensors;
   } else if (format == "hf") {
     o.format = reshard::io::checkpoint_format::hf;
+  } else if (format == "dcp") {
+    o.format = reshard::io::checkpoint_format::dcp;
   } else {
-    throw py::value_error("output_format must be 'ckpt', 'safetensors' or 'hf', not '" + format + "'");
+    throw py::value_error("output_format must be 'ckpt', 'safetensors', 'hf' or 'dcp', not '" + format + "'");
+  }
+  if (!get("dcp_torch").is_none()) {
+    const auto torch = get("dcp_torch").cast<std::string>();
+    if (format != "dcp") throw py::value_error("dcp_torch applies to output_format='dcp' only");
+    if (torch == "1.13") {
+      o.dcp_torch = reshard::io::dcp_layout::torch_1_13;
+    } else if (torch == "2") {
+      o.dcp_torch = reshard::io::dcp_layout::torch_2;
+    } else {
+      throw py::value_error("dcp_torch must be '1.13' or '2', not '" + torch + "'");
+    }
   }
   if (!get("max_shard_bytes").is_none()) o.max_shard_bytes = get("max_shard_bytes").cast<std::uint64_t>();
   if (!get("include").is_none()) o.names.include = get("include").cast<std::vector<std::string>>();

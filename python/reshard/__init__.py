@@ -44,7 +44,10 @@ list of both), as the program's --include, --exclude, --rename, --rename-map and
 match the source names, before any renaming. Every function that writes checkpoints takes
 output_format="hf" (a Hugging Face checkpoint directory, shards of at most `max_shard_size`
 bytes): transform_checkpoints and split_checkpoint write one per target rank,
-<dst>/rank_<t>/<ckpt_prefix><t>/. The verify functions take the same keyword arguments as the run
+<dst>/rank_<t>/<ckpt_prefix><t>/. output_format="dcp" (merge_checkpoints, convert_checkpoint,
+transform_checkpoints, split_checkpoint) writes one PyTorch DCP directory of every target rank (the
+output path itself), its .metadata naming torch 2's modules, or torch 1.13's with dcp_torch="1.13"
+(dcp_torch without output_format="dcp", or another value, is a ValueError). The verify functions take the same keyword arguments as the run
 they check (but max_shard_size: they compare tensors, whatever the shards) and return a dict:
 ok, files, tensors, bytes, seconds and mismatches ([{file, parameter, what}]).
 
@@ -184,8 +187,8 @@ def _run(fn, progress, desc, *args, opts=None):
 
 def _format(output_format):
     """The format of the per-rank outputs (transform_checkpoints, split_checkpoint)."""
-    if output_format not in ("ckpt", "safetensors", "hf"):
-        raise ValueError("output_format must be 'ckpt', 'safetensors' or 'hf', not %r" % (output_format,))
+    if output_format not in ("ckpt", "safetensors", "hf", "dcp"):
+        raise ValueError("output_format must be 'ckpt', 'safetensors', 'hf' or 'dcp', not %r" % (output_format,))
     return output_format
 
 
@@ -221,13 +224,14 @@ def _pairs(v, what):
 
 
 def _opts(output_format=None, max_shard_size=None, include=None, exclude=None, rename=None, rename_map=None,
-          dtype=None):
+          dtype=None, dcp_torch=None):
     """The keyword arguments shared by the checkpoint functions, checked, as the C++ side takes them.
 
     include / exclude: a glob or a list of globs over the source names (fnmatch: *, ?, [...]).
     rename: {regex: replacement} (or a list of pairs), the first regex found in a name renames it.
     rename_map: {old name: new name}. dtype: a dtype name (every floating-point parameter cast to
-    it), a {glob: dtype} dict (the first glob that matches a source name), or a list of both."""
+    it), a {glob: dtype} dict (the first glob that matches a source name), or a list of both.
+    dcp_torch: "2" or "1.13", the torch whose module paths a DCP output's .metadata names."""
     o = {"format": output_format, "include": _strings(include, "include"), "exclude": _strings(exclude, "exclude"),
          "rename": _pairs(rename, "rename"), "rename_map": None, "dtype_all": None, "dtype_named": None}
     if rename_map is not None:
@@ -236,6 +240,12 @@ def _opts(output_format=None, max_shard_size=None, include=None, exclude=None, r
         if output_format != "hf":
             raise ValueError("max_shard_size applies to output_format='hf' only")
         o["max_shard_bytes"] = _int(max_shard_size, "max_shard_size", 1)
+    if dcp_torch is not None:
+        if output_format != "dcp":
+            raise ValueError("dcp_torch applies to output_format='dcp' only, not output_format=%r" % (output_format,))
+        if dcp_torch not in ("1.13", "2"):
+            raise ValueError("dcp_torch must be '1.13' or '2', not %r" % (dcp_torch,))
+        o["dcp_torch"] = dcp_torch
     if dtype is not None:
         named = []
         for d in (dtype if isinstance(dtype, (list, tuple)) else [dtype]):
@@ -257,7 +267,7 @@ def _opts(output_format=None, max_shard_size=None, include=None, exclude=None, r
 def transform_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix, src_strategy_file=None,
                           dst_strategy_file=None, process_num=1, output_format="ckpt", *, progress=None,
                           force=False, max_shard_size=None, include=None, exclude=None, rename=None, rename_map=None,
-                          dtype=None):
+                          dtype=None, dcp_torch=None):
     """Converts the distributed checkpoint `src_checkpoints_dir` (rank_<r>/<last *.ckpt or *.safetensors>
     for every source rank r) from the layouts of `src_strategy_file` to those of `dst_strategy_file`,
     writing `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>.ckpt (or .safetensors, per `output_format`)
@@ -276,7 +286,8 @@ def transform_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix,
                 _prefix(ckpt_prefix), _path(src_strategy_file, "src_strategy_file", True, True),
                 _path(dst_strategy_file, "dst_strategy_file", True, True), _int(process_num, "process_num", 0),
                 bool(force),
-                opts=_opts(_format(output_format), max_shard_size, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_format(output_format), max_shard_size, include, exclude, rename, rename_map, dtype,
+                           dcp_torch))
 
 
 def transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_file_name, src_strategy_file=None,
@@ -295,8 +306,8 @@ def transform_checkpoint_by_rank(rank_id, checkpoint_files_map, save_checkpoint_
                 _path(save_checkpoint_file_name, "save_checkpoint_file_name"),
                 _path(src_strategy_file, "src_strategy_file", True, True),
                 _path(dst_strategy_file, "dst_strategy_file", True, True), bool(force),
-                opts=_opts(_by_name_or_hf(output_format), max_shard_size, include, exclude, rename, rename_map,
-                           dtype))
+                opts=_opts(_by_name_or_hf(output_format, dcp=False), max_shard_size, include, exclude, rename,
+                           rename_map, dtype))
 
 
 def rank_list_for_transform(rank_id, src_strategy_file=None, dst_strategy_file=None):
@@ -377,19 +388,20 @@ def load_checkpoint_by_rank(rank_id, checkpoint_files_map, src_strategy_file=Non
 
 def merge_checkpoints(src_checkpoints_dir, dst_checkpoint_file, src_strategy_file=None, *, progress=None,
                       force=False, output_format=None, max_shard_size=None, include=None, exclude=None, rename=None,
-                      rename_map=None, dtype=None):
+                      rename_map=None, dtype=None, dcp_torch=None):
     """Merges the distributed checkpoint `src_checkpoints_dir` into one checkpoint of full tensors:
     ckpt or safetensors by `dst_checkpoint_file`'s name, or with output_format="hf" a Hugging Face
     checkpoint in the directory `dst_checkpoint_file` (shards of at most `max_shard_size` bytes)."""
     return _run(_core._merge_checkpoints, progress, "merge_checkpoints",
                 _path(src_checkpoints_dir, "src_checkpoints_dir", True), _path(dst_checkpoint_file, "dst_checkpoint_file"),
                 _path(src_strategy_file, "src_strategy_file", True, True), bool(force),
-                opts=_opts(_by_name_or_hf(output_format), max_shard_size, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_by_name_or_hf(output_format), max_shard_size, include, exclude, rename, rename_map, dtype,
+                           dcp_torch))
 
 
 def split_checkpoint(checkpoint_file, dst_checkpoints_dir, dst_strategy_file, ckpt_prefix="checkpoint_",
                      process_num=1, output_format="ckpt", *, progress=None, force=False, max_shard_size=None,
-                     include=None, exclude=None, rename=None, rename_map=None, dtype=None):
+                     include=None, exclude=None, rename=None, rename_map=None, dtype=None, dcp_torch=None):
     """Splits a checkpoint of full tensors by `dst_strategy_file` into
     `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>.ckpt (or .safetensors; with output_format="hf"
     the Hugging Face checkpoint directories `dst_checkpoints_dir`/rank_<t>/<ckpt_prefix><t>/)."""
@@ -397,22 +409,27 @@ def split_checkpoint(checkpoint_file, dst_checkpoints_dir, dst_strategy_file, ck
                 _path(checkpoint_file, "checkpoint_file", True), _path(dst_checkpoints_dir, "dst_checkpoints_dir"),
                 _path(dst_strategy_file, "dst_strategy_file", True), _prefix(ckpt_prefix),
                 _int(process_num, "process_num", 0), bool(force),
-                opts=_opts(_format(output_format), max_shard_size, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_format(output_format), max_shard_size, include, exclude, rename, rename_map, dtype,
+                           dcp_torch))
 
 
 def convert_checkpoint(src_file, dst_file, *, progress=None, force=False, output_format=None, max_shard_size=None,
-                       include=None, exclude=None, rename=None, rename_map=None, dtype=None):
+                       include=None, exclude=None, rename=None, rename_map=None, dtype=None, dcp_torch=None):
     """Converts one checkpoint between ckpt and safetensors (by the file names), or with
     output_format="hf" into a Hugging Face checkpoint in the directory `dst_file`."""
     return _run(_core._convert_checkpoint, progress, "convert_checkpoint",
                 _path(src_file, "src_file", True), _path(dst_file, "dst_file"), bool(force),
-                opts=_opts(_by_name_or_hf(output_format), max_shard_size, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_by_name_or_hf(output_format), max_shard_size, include, exclude, rename, rename_map, dtype,
+                           dcp_torch))
 
 
-def _by_name_or_hf(output_format):
-    if output_format not in (None, "hf"):
-        raise ValueError("output_format must be None (ckpt or safetensors, by the file's name) or 'hf', not %r"
-                         % (output_format,))
+def _by_name_or_hf(output_format, dcp=True):
+    """The format of one output (merge, convert; transform_checkpoint_by_rank: not dcp, whose
+    .metadata lists every rank's chunks)."""
+    if output_format not in ((None, "hf", "dcp") if dcp else (None, "hf")):
+        raise ValueError("output_format must be None (ckpt or safetensors, by the file's name)%s, not %r"
+                         % (", 'hf' or 'dcp'" if dcp else " or 'hf' (a PyTorch DCP checkpoint lists every rank's "
+                            "chunks: write it with transform_checkpoints)", output_format))
     return output_format
 
 
@@ -421,7 +438,7 @@ def _by_name_or_hf(output_format):
 
 def verify_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix, src_strategy_file=None,
                        dst_strategy_file=None, process_num=1, output_format="ckpt", *, progress=None, include=None,
-                       exclude=None, rename=None, rename_map=None, dtype=None):
+                       exclude=None, rename=None, rename_map=None, dtype=None, dcp_torch=None):
     """Checks what transform_checkpoints wrote to `dst_checkpoints_dir` against its sources: every
     target tensor is made again and compared byte for byte. Give it the arguments of the run
     (output_format, include, exclude, rename, rename_map, dtype): the tensors expected are those the
@@ -432,37 +449,41 @@ def verify_checkpoints(src_checkpoints_dir, dst_checkpoints_dir, ckpt_prefix, sr
                 _path(dst_checkpoints_dir, "dst_checkpoints_dir", True), _prefix(ckpt_prefix),
                 _path(src_strategy_file, "src_strategy_file", True, True),
                 _path(dst_strategy_file, "dst_strategy_file", True, True), _int(process_num, "process_num", 0),
-                opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype,
+                           dcp_torch))
 
 
 def verify_merged_checkpoint(src_checkpoints_dir, dst_checkpoint_file, src_strategy_file=None, *, progress=None,
                              output_format=None, include=None, exclude=None, rename=None, rename_map=None,
-                             dtype=None):
+                             dtype=None, dcp_torch=None):
     """Checks what merge_checkpoints wrote to `dst_checkpoint_file` (a file, or with
     output_format="hf" a Hugging Face directory) against its sources, as verify_checkpoints does."""
     return _run(_core._verify_merged_checkpoint, progress, "verify_merged_checkpoint",
                 _path(src_checkpoints_dir, "src_checkpoints_dir", True),
                 _path(dst_checkpoint_file, "dst_checkpoint_file", True),
                 _path(src_strategy_file, "src_strategy_file", True, True),
-                opts=_opts(_by_name_or_hf(output_format), None, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_by_name_or_hf(output_format), None, include, exclude, rename, rename_map, dtype,
+                           dcp_torch))
 
 
 def verify_split_checkpoint(checkpoint_file, dst_checkpoints_dir, dst_strategy_file, ckpt_prefix="checkpoint_",
                             process_num=1, output_format="ckpt", *, progress=None, include=None, exclude=None,
-                            rename=None, rename_map=None, dtype=None):
+                            rename=None, rename_map=None, dtype=None, dcp_torch=None):
     """Checks what split_checkpoint wrote to `dst_checkpoints_dir` against `checkpoint_file`, as
     verify_checkpoints does."""
     return _run(_core._verify_split_checkpoint, progress, "verify_split_checkpoint",
                 _path(checkpoint_file, "checkpoint_file", True), _path(dst_checkpoints_dir, "dst_checkpoints_dir", True),
                 _path(dst_strategy_file, "dst_strategy_file", True), _prefix(ckpt_prefix),
                 _int(process_num, "process_num", 0),
-                opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_format(output_format), None, include, exclude, rename, rename_map, dtype,
+                           dcp_torch))
 
 
 def verify_converted_checkpoint(src_file, dst_file, *, progress=None, output_format=None, include=None, exclude=None,
-                                rename=None, rename_map=None, dtype=None):
+                                rename=None, rename_map=None, dtype=None, dcp_torch=None):
     """Checks what convert_checkpoint wrote to `dst_file` against `src_file`, as verify_checkpoints
     does."""
     return _run(_core._verify_converted_checkpoint, progress, "verify_converted_checkpoint",
                 _path(src_file, "src_file", True), _path(dst_file, "dst_file", True),
-                opts=_opts(_by_name_or_hf(output_format), None, include, exclude, rename, rename_map, dtype))
+                opts=_opts(_by_name_or_hf(output_format), None, include, exclude, rename, rename_map, dtype,
+                           dcp_torch))

@@ -219,3 +219,70 @@ def test_progress_and_an_interrupting_callback(tmp_path):
     assert not os.path.exists(tmp_path / "t")
     with pytest.raises(KeyboardInterrupt):
         reshard.load_checkpoint_by_rank(0, fixture("cols"), progress=stop)
+
+
+# ---- DCP as the output (output_format="dcp", dcp_torch=) ----------------------------------------
+
+@pytest.mark.parametrize("torch_version", [None, "2", "1.13"])
+def test_merge_and_convert_write_dcp_read_back_bit_for_bit(torch_version, tmp_path):
+    for name in FIXTURES:
+        out = tmp_path / ("merged_" + name)
+        reshard.merge_checkpoints(fixture(name), out, output_format="dcp", dcp_torch=torch_version, progress=False)
+        assert os.path.exists(out / ".metadata")
+        assert reshard.verify_merged_checkpoint(fixture(name), out, output_format="dcp", dcp_torch=torch_version,
+                                                progress=False)["ok"]
+        back = tmp_path / ("back_%s.safetensors" % name)
+        reshard.merge_checkpoints(out, back, progress=False)  # reshard reads what it wrote
+        same(back, name)
+    with open(tmp_path / "merged_plain" / ".metadata", "rb") as f:
+        meta = f.read()
+    old = b"torch.distributed._shard.checkpoint" in meta
+    assert old == (torch_version == "1.13")
+    conv = tmp_path / "conv"
+    reshard.convert_checkpoint(fixture("grid"), conv, output_format="dcp", dcp_torch=torch_version, progress=False)
+    reshard.convert_checkpoint(conv, tmp_path / "conv.safetensors", progress=False)
+    same(tmp_path / "conv.safetensors", "grid")
+    assert reshard.verify_converted_checkpoint(fixture("grid"), conv, output_format="dcp", dcp_torch=torch_version,
+                                               progress=False)["ok"]
+
+
+def test_transform_and_split_write_one_dcp_of_every_rank(tmp_path):
+    s = strategy(tmp_path / "dst.json")
+    out, spl = tmp_path / "t", tmp_path / "s"
+    reshard.transform_checkpoints(fixture("cols"), out, "checkpoint_", None, s, output_format="dcp",
+                                  dcp_torch="1.13", progress=False)
+    assert sorted(os.listdir(out)) == [".metadata"] + ["__%d_0.distcp" % t for t in range(4)]
+    assert reshard.verify_checkpoints(fixture("cols"), out, "checkpoint_", None, s, output_format="dcp",
+                                      dcp_torch="1.13", progress=False)["ok"]
+    reshard.split_checkpoint(fixture("cols"), spl, s, output_format="dcp", dcp_torch="1.13", progress=False)
+    assert files_under(spl) and [os.path.relpath(f, spl) for f in files_under(spl)] == \
+        [os.path.relpath(f, out) for f in files_under(out)]
+    for a, b in zip(files_under(out), files_under(spl)):
+        with open(a, "rb") as x, open(b, "rb") as y:
+            assert x.read() == y.read(), a
+    w, h = arrays("cols")["w"], arrays("cols")["h"]
+    for t in range(4):  # each rank read back from the DCP written: its column of w, h whole
+        got = reshard.load_checkpoint_by_rank(t, out, dst_strategy_file=s, progress=False)
+        assert got["w"].tobytes() == np.ascontiguousarray(w[:, t:t + 1]).tobytes()
+        assert got["h"].tobytes() == h.tobytes()
+    back = tmp_path / "back.safetensors"
+    reshard.merge_checkpoints(out, back, progress=False)
+    same(back, "cols")
+
+
+def test_dcp_output_bad_arguments_are_value_errors_and_write_nothing(tmp_path):
+    out = tmp_path / "o"
+    with pytest.raises(ValueError, match=r"dcp_torch applies to output_format='dcp' only"):
+        reshard.merge_checkpoints(fixture("plain"), out, output_format="hf", dcp_torch="2", progress=False)
+    with pytest.raises(ValueError, match=r"dcp_torch applies to output_format='dcp' only"):
+        reshard.convert_checkpoint(fixture("plain"), tmp_path / "o.ckpt", dcp_torch="1.13", progress=False)
+    with pytest.raises(ValueError, match=r"dcp_torch must be '1.13' or '2', not '3'"):
+        reshard.merge_checkpoints(fixture("plain"), out, output_format="dcp", dcp_torch="3", progress=False)
+    with pytest.raises(ValueError, match=r"dcp_torch must be '1.13' or '2', not 2"):
+        reshard.split_checkpoint(fixture("plain"), out, strategy(tmp_path / "s.json"), output_format="dcp",
+                                 dcp_torch=2, progress=False)
+    with pytest.raises(ValueError, match=r"output_format must be .*'hf' or 'dcp', not 'DCP'"):
+        reshard.transform_checkpoints(fixture("cols"), out, "c", output_format="DCP", progress=False)
+    with pytest.raises(ValueError, match=r"output_format must be None .* or 'hf' .*transform_checkpoints"):
+        reshard.transform_checkpoint_by_rank(0, fixture("cols"), out, output_format="dcp", progress=False)
+    assert files_under(tmp_path) == [str(tmp_path / "s.json")]

@@ -6,8 +6,9 @@ reshard (the CLI) writes from the DCP fixtures torch 1.13 wrote (verify/data/dcp
 stored once). Then torch 1.13's own load_state_dict reads each back:
   (a) no_dist=True into whole tensors,
   (b) under 2 gloo processes into ShardedTensors, column-sharded (the chunks as written) and
-      row-sharded (torch reshards at load), and h into a plain tensor on both ranks,
-and every value is compared bit for bit with what torch loaded from the fixture
+      row-sharded (torch reshards at load), and h into a plain tensor on both ranks.
+The Python module's convert_checkpoint(output_format="dcp", dcp_torch="1.13") writes the same bytes,
+loaded the same way. Every value is compared bit for bit with what torch loaded from the fixture
 (<name>.expected.json). torch runs in subprocesses of this file (`python test_dcp_write.py
 whole DIR EXPECTED [DIR EXPECTED ...]` and `sharded DIR EXPECTED`), so that pytest itself never
 imports it.
@@ -81,6 +82,20 @@ def test_torch_loads_the_transform_into_sharded_tensors(written):
     got = run_torch("sharded", written["cols"], os.path.join(DCP, "cols.expected.json"))
     # each rank compared its column shard, its row shard and the replicated h
     assert got == {"ranks": [[0, ["h", "w by cols", "w by rows"]], [1, ["h", "w by cols", "w by rows"]]]}
+
+
+def test_torch_loads_what_the_python_module_wrote(written, tmp_path):
+    """convert_checkpoint(output_format="dcp", dcp_torch="1.13"): the program's bytes, and torch 1.13
+    loads them."""
+    import reshard
+    out = str(tmp_path / "plain_py")
+    reshard.convert_checkpoint(os.path.join(DCP, "plain"), out, output_format="dcp", dcp_torch="1.13", progress=False)
+    assert sorted(os.listdir(out)) == sorted(os.listdir(written["plain"]))
+    for f in os.listdir(out):
+        with open(os.path.join(out, f), "rb") as a, open(os.path.join(written["plain"], f), "rb") as b:
+            assert a.read() == b.read(), f
+    got = run_torch("whole", out, os.path.join(DCP, "plain.expected.json"))
+    assert got == {"compared": [["b", "scale", "steps", "w", "epoch", "tag"]]}
 
 
 # ---- the torch side (run as a script) -----------------------------------------------------------
