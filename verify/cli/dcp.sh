@@ -165,6 +165,28 @@ if ok "split --checkpoint DIR" split --checkpoint "$DCP/cols" --dst-dir "$tmp/sp
 fi
 expect_text "verify a merge of DIR" 'identical' verify --src-dir "$DCP/grid" --out "$tmp/grid.safetensors"
 
+# transform-rank --src-dir DIR: one target rank from the DCP checkpoint, the transform's bytes
+for t in 0 3; do
+  if ok "transform-rank --src-dir DIR (rank $t)" transform-rank --rank "$t" --src-dir "$DCP/cols" \
+       --out "$tmp/tr_$t.safetensors" --dst-strategy "$tmp/dst.json" --no-sync; then
+    cmp -s "$tmp/tr_$t.safetensors" "$tmp/ms/rank_$t/checkpoint_$t.safetensors" && pass ||
+      fail "transform-rank --src-dir rank $t: not the transform's bytes"
+  fi
+done
+if ok "transform-rank --src-dir DIR, whole" transform-rank --rank 0 --src-dir "$DCP/rows" --out "$tmp/tr_rows.safetensors" \
+     --no-sync; then
+  same_as_torch "transform-rank --src-dir: torch's values" rows "$tmp/tr_rows.safetensors"
+fi
+expect_error "transform-rank: --src-dir and --checkpoint" 2 "excludes" \
+  transform-rank --rank 0 --src-dir "$DCP/cols" --checkpoint 0="$DCP/cols/__0_0.distcp" --out "$tmp/never_tr.ckpt"
+expect_error "transform-rank: --src-dir and --src-strategy" 2 "--src-strategy: not with --src-dir" \
+  transform-rank --rank 0 --src-dir "$DCP/cols" --src-strategy "$tmp/dst.json" --out "$tmp/never_tr.ckpt"
+expect_error "transform-rank: neither --src-dir nor --checkpoint" 2 "one of --checkpoint and --src-dir" \
+  transform-rank --rank 0 --out "$tmp/never_tr.ckpt"
+expect_error "transform-rank --src-dir: not a DCP directory" 1 "$tmp/ms" \
+  transform-rank --rank 0 --src-dir "$tmp/ms" --out "$tmp/never_tr.ckpt"
+[[ ! -e "$tmp/never_tr.ckpt" ]] && pass || fail "a refused transform-rank wrote its output"
+
 # ---- errors ---------------------------------------------------------------------------------
 
 echo '{}' >"$tmp/s.json"
