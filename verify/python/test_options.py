@@ -220,7 +220,7 @@ def test_transform_and_split_write_one_hugging_face_checkpoint_per_rank(retrain)
     reshard.transform_checkpoint_by_rank(1, m["files"], one, m["src_strategy"], m["dst_strategy"],
                                          output_format="hf", exclude=NOT_IN_SAFETENSORS, progress=False)
     assert set(hf_reference.read_model(one)) == set(m["plain"][1]) - set(NOT_IN_SAFETENSORS)
-    with pytest.raises(ValueError, match="output_format must be 'ckpt', 'safetensors' or 'hf', not 'zip'"):
+    with pytest.raises(ValueError, match="output_format must be 'ckpt', 'safetensors', 'hf' or 'dcp', not 'zip'"):
         reshard.transform_checkpoints(m["src_dir"], out, "checkpoint_", m["src_strategy"], m["dst_strategy"],
                                       output_format="zip", progress=False)
     with pytest.raises(ValueError, match="max_shard_size applies to output_format='hf' only"):
