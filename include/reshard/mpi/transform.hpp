@@ -374,6 +374,10 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   // this process's targets and tensor bytes, then everyone's; whether process 0 shows progress
   std::uint64_t counts[3] = {0, 0, me == 0 && opts.progress ? 1u : 0u};
   try {
+    if (opts.format == io::checkpoint_format::dcp && size > 1)  // every process throws: said once, as agreed
+      reshard::report_error(std::string(transform_op) + ": the PyTorch DCP checkpoint " + dst_dir.string() +
+                            ", whose .metadata lists the chunks of every target rank, is written by one process, not " +
+                            std::to_string(size) + " (run it under mpirun -n 1, or without mpirun)");
     std::vector<std::uint64_t> sizes;
     try {
       sizes = io::transform_stage_bytes(src_dir, src_strategy, dst_strategy, opts);
