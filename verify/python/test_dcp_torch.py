@@ -2,7 +2,9 @@
 write a checkpoint with torch.distributed._shard.checkpoint.save_state_dict at test time, and every
 value reshard makes of it (the program `reshard` and the Python module) is compared bit for bit
 (bfloat16 by its 16-bit patterns, NaN payloads included) with what torch's own load_state_dict
-(no_dist=True) reads into full tensors.
+(no_dist=True) reads into full tensors. The chain back: the checkpoint transformed to 8 MindSpore
+ranks, merged from them into a DCP checkpoint (--dcp-torch 1.13), which 2 gloo processes load into
+ShardedTensors split by columns, every shard equal to torch's first load.
 
 The checkpoint (EXAMPLE) holds a ShardedTensor in an uneven 2-D grid, a ShardedTensor split by
 rows unevenly (3 + 3 + 3 + 1), a plain tensor every rank saves (replicated), a bfloat16
@@ -241,6 +243,55 @@ def test_cli_transform_to_8_mindspore_ranks_and_back(saved, tmp_path):
     r = cli("merge", "--src-dir", ms, "--src-strategy", strategy, "--out", back, "--no-sync")
     assert r.returncode == 0, r.stderr
     assert_same(hf_reference.read_model(str(back)), expected)
+
+
+def load_columns_worker(rank, directory, init_file, expected):
+    """One of 2 gloo processes: load_state_dict of `directory` into ShardedTensors split by columns
+    (dim 1; the 1-D steps by rows) and the replicated tensor, each local shard compared with the
+    slice of torch's own first load, bit for bit."""
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=2)
+    spec_of = {1: ChunkShardingSpec(dim=1, placements=["rank:0/cpu", "rank:1/cpu"]),
+               0: ChunkShardingSpec(dim=0, placements=["rank:0/cpu", "rank:1/cpu"])}
+    state = {}
+    for name, (shape, dtype, how) in EXAMPLE.items():
+        if how is None and name == "replicated":
+            state[name] = torch.full(shape, 7, dtype=dtype)
+        else:
+            state[name] = sharded_tensor_full(spec_of[1 if len(shape) == 2 else 0], shape, dtype)
+    dcp.load_state_dict(state, dcp.FileSystemReader(directory))
+    for name, (shape, dtype, _) in EXAMPLE.items():
+        full = torch.frombuffer(bytearray(expected[name][2]), dtype=torch.int16 if dtype == torch.bfloat16 else dtype)
+        full = full.view(dtype).reshape(shape)
+        if not hasattr(state[name], "local_shards"):  # the plain tensor (a ShardedTensor is a Tensor too)
+            assert raw(state[name]) == raw(full), (rank, name)
+            continue
+        for shard in state[name].local_shards():
+            md = shard.metadata
+            index = tuple(slice(o, o + z) for o, z in zip(md.shard_offsets, md.shard_sizes))
+            assert raw(shard.tensor) == raw(full[index]), (rank, name, md)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def sharded_tensor_full(spec, shape, dtype):
+    from torch.distributed._shard import sharded_tensor
+    return sharded_tensor.full(spec, list(shape), 7, dtype=dtype)
+
+
+def test_cli_to_8_mindspore_ranks_then_dcp_torch_loads_by_columns(saved, tmp_path):
+    """The chain of the issue: torch's 4-process DCP -> 8 MindSpore ranks -> a DCP checkpoint
+    (--dcp-torch 1.13, whole tensors) that torch loads into a 2-process column sharding."""
+    d, expected = saved
+    strategy = ms_strategy(tmp_path / "dst.json")
+    ms, back = tmp_path / "ms", tmp_path / "back"
+    r = cli("transform", "--src-dir", d, "--dst-dir", ms, "--dst-strategy", strategy, "--no-sync")
+    assert r.returncode == 0, r.stderr
+    r = cli("merge", "--src-dir", ms, "--src-strategy", strategy, "--out", back, "--format", "dcp",
+            "--dcp-torch", "1.13", "--no-sync")
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(back)) == [".metadata", "__0_0.distcp"]
+    mp.start_processes(load_columns_worker, args=(str(back), str(tmp_path / "init"), expected), nprocs=2, join=True,
+                       start_method="fork")
 
 
 def test_python_transform_to_8_mindspore_ranks_and_back(saved, tmp_path):
