@@ -227,8 +227,9 @@ namespace detail {
 inline constexpr std::string_view torch_archive_prefix = "archive/";
 inline constexpr std::uint64_t zip_u32_max = 0xFFFFFFFFu;
 
+// n little-endian bytes of v; past its 8 bytes, zeros (a run of zero fields written at once)
 inline void put_le(std::string& s, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  for (int i = 0; i < n; ++i) s.push_back(i < 8 ? static_cast<char>((v >> (8 * i)) & 0xFF) : '\0');
 }
 // torch's contiguous strides: stride[i] = prod(max(size[j], 1)) over j > i
 inline std::vector<std::int64_t> contiguous_strides(std::span<const std::int64_t> dims) {
