@@ -22,6 +22,7 @@
 #include <reshard/io/crc32.hpp>
 #include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/hf.hpp>
+#include <reshard/io/input_file.hpp>
 #include <reshard/io/mapped_file.hpp>
 #include <reshard/io/safetensors.hpp>
 #include <reshard/io/sha256.hpp>
@@ -191,17 +192,17 @@ class target_file_sink final : public tensor_sink {
   // A DCP target's byte items (plan_target::byte_items) after its tensors, copied as stored, in
   // pieces of 64 KiB.
   void copy_byte_items() {
-    std::vector<char> buf;
+    std::vector<std::byte> buf;
     for (const plan_byte_item& b : t_.byte_items) {
-      std::ifstream in(b.file, std::ios::binary);
-      in.seekg(static_cast<std::streamoff>(b.offset));
-      for (std::uint64_t left = b.bytes; left > 0;) {
-        buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(left, 64 << 10)));
-        if (!in.read(buf.data(), static_cast<std::streamsize>(buf.size())))
-          report_error("dcp: " + b.file.string() + ": byte item " + detail::quote_name(b.name) + ": cannot read " +
-                       std::to_string(b.bytes) + " bytes at " + std::to_string(b.offset) + " (the file changed since the plan?)");
-        dcp_->write(std::as_bytes(std::span<const char>(buf)));
-        left -= buf.size();
+      const input_file in(b.file, "dcp");  // opened and read as every source is (input_file.hpp)
+      if (b.offset > in.size() || b.bytes > in.size() - b.offset)
+        report_error("dcp: " + b.file.string() + ": byte item " + detail::quote_name(b.name) + ": cannot read " +
+                     std::to_string(b.bytes) + " bytes at " + std::to_string(b.offset) + " (the file changed since the plan?)");
+      for (std::uint64_t done = 0; done < b.bytes;) {
+        buf.resize(static_cast<std::size_t>(std::min<std::uint64_t>(b.bytes - done, 64 << 10)));
+        in.pread_exact(buf, b.offset + done);
+        dcp_->write(buf);
+        done += buf.size();
       }
     }
   }
