@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """`reshard transform` beside the copy floors on a disk and on tmpfs: large checkpoints, few ranks.
 
-  disk.py --reshard PATH [--sizes 1G,4G] [--cases 8to4,8to3,4to8,8rto4c,8cto4r] [--dirs /tmp,/dev/shm] [--runs 3]
-          [--timeout 1800] [--json OUT] [--tiny] [--keep]
+  disk.py --reshard PATH [--sizes 1G,4G] [--cases 8to4,8to3,4to8,8rto4c,8cto4r,8rto4r] [--dirs /tmp,/dev/shm]
+          [--runs 3] [--variants LABEL,...] [--timeout 1800] [--json OUT] [--tiny] [--keep]
 
 The model: 16 float32 2-D parameters layer<i>.weight of equal shape [R, C] adding up to about the
 size (R a multiple of 24, so that every layout below divides it). The layouts (MindSpore's
@@ -13,6 +13,7 @@ conventions: dev_matrix left to right, tensor_map entries index device axes from
   4to8  dev [4] map [0,-1]                                            ->  dev [2,4] map [1,0]
   8rto4c  dev [8] map [0,-1] (8 row blocks)                             ->  dev [4] map [-1,0] (4 column blocks)
   8cto4r  dev [8] map [-1,0] (8 column blocks)                          ->  dev [4] map [0,-1]
+  8rto4r  dev [8] map [0,-1] (8 row blocks)                             ->  dev [4] map [0,-1]
 
 For every directory of --dirs a fresh temporary directory is made in it (removed at the end unless
 --keep); for every size the source checkpoints (SRC/rank_<r>/checkpoint_<r>.ckpt: per source rank
@@ -25,7 +26,8 @@ protobuf strategy files are generated. Then, --runs times, interleaved:
                                       copied file and directory; timed as one unit
   reshard transform                   default flags, --jobs 1, --jobs 2, and, when `reshard
                                       transform --help` lists them, --no-sync, --read-mode pread,
-                                      --read-mode mmap
+                                      --read-mode mmap (--variants: only those whose labels it lists,
+                                      e.g. --variants "reshard" for the default flags alone)
 
 The outputs are removed between runs, untimed, followed on a disk by `sync` and a second's pause so
 that no write-back of an earlier run falls into the next; the order of the tools is shuffled
@@ -34,6 +36,10 @@ dropped in a container). Wall time around the process (median [min–max] of the
 the floor of the filesystem (cp -r on tmpfs, cp -r + sync elsewhere: reshard fsyncs its outputs;
 on a disk the ratio to plain cp -r as well), peak RSS by /usr/bin/time (its wait4 ru_maxrss; else
 os.wait4 on the direct child). "best --jobs": the fastest of default, --jobs 1 and --jobs 2.
+
+After the timed runs, one untimed run of the first variant with --json records the bytes its reads
+took from the files against the tensor bytes the targets needed (the summary's file_bytes_read and
+bytes_read; "io" in the JSON).
 
 Checks (any failure: exit status 1): every command exits 0; the outputs of all reshard variants are
 byte-identical (SHA-256 of every file), and equal those of the same case on the other filesystems;
@@ -76,8 +82,8 @@ PREFIX = "checkpoint_"
 LAYOUTS = {"8": ([2, 4], [1, 0]), "4": ([4], [0, -1]), "3": ([3], [0, -1]),
            "8r": ([8], [0, -1]), "8c": ([8], [-1, 0]), "4c": ([4], [-1, 0])}
 CASES = {"8to4": ("8", "4"), "8to3": ("8", "3"), "4to8": ("4", "8"),
-         "8rto4c": ("8r", "4c"), "8cto4r": ("8c", "4")}  # case: (source layout, target layout)
-CASE_LABELS = {"8rto4c": "8 rows→4 cols", "8cto4r": "8 cols→4 rows"}  # the others: M→N
+         "8rto4c": ("8r", "4c"), "8cto4r": ("8c", "4"), "8rto4r": ("8r", "4")}  # case: (source layout, target layout)
+CASE_LABELS = {"8rto4c": "8 rows→4 cols", "8cto4r": "8 cols→4 rows", "8rto4r": "8 rows→4 rows"}  # the others: M→N
 CHECK_CASE = "4to8"  # the smallest target files: the one case whose values are checked
 log = scale_ranks.log
 
@@ -252,6 +258,11 @@ def bench_case(args, fs, work, src, strategies, case, size_label, params, mods, 
             clean(dst)
     for key, _, _ in tools:
         res["tools"][key] = scale_ranks.stats(samples[key])
+    # the bytes read against the bytes needed: one untimed run with --json
+    res["io"] = scale_ranks.summary_io(transform(args.variants[0][1]), args.timeout)
+    clean(out)
+    if res["io"]["status"] != "ok":
+        res["errors"].append("summary run: %s" % res["io"]["error"])
 
     keys = [k for k, _ in args.variants if k in digests]
     if keys:
@@ -284,6 +295,10 @@ def ratio(st, ref):
     if scale_ranks.ok(st) and scale_ranks.ok(ref):
         return "%.2fx" % (st["median_s"] / ref["median_s"])
     return ""
+
+
+def args_label(meta):
+    return meta["variants"][0][0] if meta["variants"] else "reshard"
 
 
 def markdown(results, fss, meta):
@@ -319,6 +334,11 @@ def markdown(results, fss, meta):
                 if g["dir"] == fs["path"]]
         checks = [(r["case"], r["size"], k, v) for r in rows for k, v in r["checks"].items()]
         bad = [e for r in rows for e in r["errors"]]
+        io = ["%s %s %s" % (CASE_LABELS.get(r["case"], "%s→%s" % (r["src_ranks"], r["dst_ranks"])), r["size"],
+                            "%.2f" % r["io"]["read_amplification"]) for r in rows
+              if r.get("io", {}).get("status") == "ok" and r["io"]["read_amplification"] is not None]
+        out += ["", "Bytes read from the files / tensor bytes needed (%s, one untimed run): %s." % (
+            args_label(meta), ", ".join(io) or "not measured")]
         out += ["", "Wall time of the process, median of %d run%s [min–max], interleaved, outputs removed (then "
                 "`sync`%s) between runs. Peak RSS: the largest ru_maxrss of the runs (%s). Sources generated in: %s. "
                 "Checks: %s." % (meta["runs"], "s" * (meta["runs"] > 1), "" if on_disk else ", on a disk only",
@@ -363,6 +383,8 @@ def main(argv):
     ap.add_argument("--cases", default="8to4,8to3,4to8")
     ap.add_argument("--dirs", help="filesystems to run on (default /tmp,/dev/shm; --tiny: /dev/shm)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--variants", dest="variants_only", help="run only the reshard variants of these labels (comma-separated, e.g. "
+                    "'reshard,reshard --jobs 2'; default: all)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per command")
     ap.add_argument("--json", help="write the raw results here")
     ap.add_argument("--tiny", action="store_true", help="size 4M, one run, /dev/shm: a smoke test")
@@ -385,6 +407,12 @@ def main(argv):
     except OSError as e:
         ap.error("--reshard: %s" % e)
     args.variants = variants(args.reshard)
+    if args.variants_only:
+        wanted = args.variants_only.split(",")
+        unknown = [w for w in wanted if w not in dict(args.variants)]
+        if unknown:
+            ap.error("--variants: unknown %s (valid: %s)" % (", ".join(unknown), ", ".join(k for k, _ in args.variants)))
+        args.variants = [v for v in args.variants if v[0] in wanted]
     mods = ms_proto.load()
     keep_heap()
 

@@ -186,6 +186,28 @@ def run(cmd, timeout, env=None):
     return res
 
 
+def summary_io(cmd, timeout, env=None):
+    """The bytes one untimed run of a `reshard transform` command read and wrote, from its summary
+    (`--json`): {"status", "bytes_read" (tensor bytes the targets needed), "file_bytes_read" (what
+    the reads took from the files), "bytes_written", "read_amplification" (file_bytes_read /
+    bytes_read; 1.00 when every byte read was needed)}."""
+    try:
+        p = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "error": "killed after %g s" % timeout}
+    if p.returncode != 0:
+        return {"status": "failed", "error": "exit %d: %s" % (p.returncode, p.stderr.strip()[-2000:])}
+    try:
+        j = json.loads(p.stdout)
+    except ValueError as e:
+        return {"status": "failed", "error": "summary is not JSON: %s" % e}
+    res = {"status": "ok"}
+    for k in ("bytes_read", "file_bytes_read", "bytes_written"):
+        res[k] = j.get(k)
+    res["read_amplification"] = res["file_bytes_read"] / res["bytes_read"] if res["bytes_read"] else None
+    return res
+
+
 def strace_counts(cmd, timeout, env=None):
     """{"status", "calls": {syscall: count}, "total"} of cmd under `strace -f -c`."""
     fd, out = tempfile.mkstemp(prefix="scale_ranks_strace_")
@@ -384,6 +406,13 @@ def bench_scale(args, mods, params, fulls, M, skip):
             log("  strace  %-7s %s" % (key, "%d calls" % st["total"] if st["status"] == "ok" else st["status"]))
             if st["status"] == "failed":
                 res["errors"].append("strace %s failed: %s" % (key, st["error"]))
+    # the bytes read against the bytes needed, untimed (the summary's file_bytes_read / bytes_read)
+    if "default" not in skip:
+        remove(outs["default"])
+        res["io"] = summary_io(transform(outs["default"]), args.timeout)
+        remove(outs["default"])
+        if res["io"]["status"] != "ok":
+            res["errors"].append("summary run failed: %s" % res["io"]["error"])
     if not args.keep:
         remove(work)
     return res
