@@ -26,7 +26,8 @@ protobuf strategy files are generated. Then, --runs times, interleaved:
                                       copied file and directory; timed as one unit
   reshard transform                   default flags, --jobs 1, --jobs 2, and, when `reshard
                                       transform --help` lists them, --no-sync, --read-mode pread,
-                                      --read-mode mmap (--variants: only those whose labels it lists,
+                                      --read-mode mmap, --write-mode buffered, --write-mode direct
+                                      (--variants: only those whose labels it lists,
                                       e.g. --variants "reshard" for the default flags alone)
 
 The outputs are removed between runs, untimed, followed on a disk by `sync` and a second's pause so
@@ -367,6 +368,9 @@ def variants(reshard):
         v.append(("reshard --no-sync", ["--no-sync"]))
     if "--read-mode" in text:
         v += [("reshard --read-mode pread", ["--read-mode", "pread"]), ("reshard --read-mode mmap", ["--read-mode", "mmap"])]
+    if "--write-mode" in text:
+        v += [("reshard --write-mode buffered", ["--write-mode", "buffered"]),
+              ("reshard --write-mode direct", ["--write-mode", "direct"])]
     return v
 
 

@@ -32,7 +32,7 @@ inline std::optional<std::pair<std::size_t, std::size_t>> parse_part(const std::
 
 inline command add_execute_command(CLI::App& app) {
   struct options {
-    std::string plan, part, manifest, read_mode = "auto";
+    std::string plan, part, manifest, read_mode = "auto", write_mode = "auto";
     unsigned jobs = 0;
     bool force = false, no_sync = false, no_verify_crc = false, json = false, progress = false;
   };
@@ -49,6 +49,7 @@ inline command add_execute_command(CLI::App& app) {
   sub->add_option("--jobs,-j", o->jobs, "target files written in parallel (default 0: one per core)");
   sub->add_option("--read-mode", o->read_mode, "how source tensors are read: auto (pread), pread or mmap")
       ->check(CLI::IsMember({"auto", "mmap", "pread"}));
+  add_write_mode_option(sub, o->write_mode);
   sub->add_option("--manifest", o->manifest,
                   "also write a manifest of the files written (size, SHA-256, parameters), for `reshard verify "
                   "--manifest`; hashing costs a pass over the bytes");
@@ -88,6 +89,7 @@ inline command add_execute_command(CLI::App& app) {
             e.reads = o->read_mode == "mmap"    ? io::read_mode::mmap
                       : o->read_mode == "pread" ? io::read_mode::pread
                                                 : io::read_mode::automatic;
+            e.writes = write_mode_of(o->write_mode);
             e.progress = t.progress;
             const auto s = io::execute_plan(plan, e, who);
             what += " (" + std::to_string(plan.targets.size()) + " target file" + (plan.targets.size() == 1 ? "" : "s") + ")";

@@ -71,6 +71,7 @@ struct transform_flags {
   std::string format = "ckpt";
   unsigned jobs = 0;  // auto: io::transform_options::jobs, shared among the processes on this machine
   std::string read_mode = "auto";
+  std::string write_mode = "auto";
   std::string max_memory;  // empty: no bound
   std::string max_shard_size;  // --format hf: empty = 5GB
   std::string dcp_torch;       // --format dcp: "1.13" or "2"; empty = not given (2)
@@ -112,6 +113,21 @@ inline void add_format_option(CLI::App* sub, std::string& format, const std::str
     sub->add_option("--format", format, help)->check(CLI::IsMember({"ckpt", "safetensors", "hf", "dcp"}));
   else
     sub->add_option("--format", format, help)->check(CLI::IsMember({"ckpt", "safetensors", "hf"}));
+}
+
+/// --write-mode auto|buffered|direct of every command that writes checkpoint files from a plan.
+inline void add_write_mode_option(CLI::App* sub, std::string& mode) {
+  sub->add_option("--write-mode", mode,
+                  "how output files are written: buffered (through the page cache), direct (O_DIRECT: from an "
+                  "aligned buffer to the disk, past the page cache), or auto (the default: direct where the "
+                  "outputs are fsynced on ext4, xfs or btrfs and --read-mode is not mmap; buffered elsewhere)")
+      ->check(CLI::IsMember({"auto", "buffered", "direct"}));
+}
+
+/// The write mode --write-mode names.
+inline io::write_mode write_mode_of(const std::string& name) {
+  return name == "direct" ? io::write_mode::direct : name == "buffered" ? io::write_mode::buffered
+                                                                          : io::write_mode::automatic;
 }
 
 /// --dcp-torch 1.13|2 of the commands that can write a PyTorch DCP checkpoint.
@@ -217,6 +233,7 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
                   "how source tensors are read: pread (system calls into a bounded buffer), mmap (memory "
                   "mappings), or auto (the default: pread)")
       ->check(CLI::IsMember({"auto", "mmap", "pread"}));
+  add_write_mode_option(sub, f.write_mode);
   sub->add_option("--max-memory", f.max_memory,
                   "bound on the resident memory while writing, e.g. 64MiB, 2G, 500MB (default: none); the jobs "
                   "and buffers are fitted to it, and it is an error when even one job does not fit")
@@ -330,6 +347,7 @@ inline io::transform_options transform_options_of(const transform_flags& f) {
   o.sync = !f.no_sync;
   if (!f.max_memory.empty()) o.max_memory = *parse_size(f.max_memory);
   o.reads = f.read_mode == "mmap" ? io::read_mode::mmap : f.read_mode == "pread" ? io::read_mode::pread : io::read_mode::automatic;
+  o.writes = write_mode_of(f.write_mode);
   if (f.progress || ::isatty(STDERR_FILENO)) {
     auto bar = std::make_shared<progress_bar>();
     o.progress = [bar](const io::transform_progress& p) { (*bar)(p); };
@@ -431,7 +449,8 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
             << "  time            " << time << ", " << progress_bar::short_bytes(s.throughput()) << "/s written\n"
             << "  jobs            " << s.jobs << (s.jobs == 1 ? " target file at a time" : " target files at a time")
             << ", reads by " << io::to_string(s.reads)
-            << (s.source_filesystem.empty() ? std::string() : " from " + s.source_filesystem) << (s.synced ? "" : ", outputs not fsynced (--no-sync)") << '\n'
+            << (s.source_filesystem.empty() ? std::string() : " from " + s.source_filesystem) << ", writes "
+            << io::to_string(s.writes) << (s.synced ? "" : ", outputs not fsynced (--no-sync)") << '\n'
             << "  peak memory     " << format_bytes(static_cast<double>(s.peak_rss_bytes))
             << (shares ? " (resident set of the largest process" : " (resident set of the process")
             << (s.max_memory ? "; --max-memory " + format_bytes(static_cast<double>(s.max_memory)) + ", chunk buffers of " +

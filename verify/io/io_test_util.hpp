@@ -42,9 +42,11 @@ inline fs::path temp_root() {
 /// A fresh directory under temp_root(), removed with its content.
 class temp_dir {
  public:
-  temp_dir() {
+  temp_dir() : temp_dir(temp_root()) {}
+  /// Under `root` (fs::temp_directory_path(): a disk where /dev/shm is the default root).
+  explicit temp_dir(const fs::path& root) {
     static std::atomic<int> counter{0};
-    path_ = temp_root() / ("reshard_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
+    path_ = root / ("reshard_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter.fetch_add(1)));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }

@@ -211,10 +211,13 @@ TEST(atomic_file_writer, commit_publishes_all_bytes) {
   EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"});  // no temporary left
 }
 
-// Writes of any sizes (around the 1 MiB buffer), under every durability mode, publish exactly
-// their concatenation, and the writer copies what it buffers.
+// Writes of any sizes (around the 1 MiB buffer), under every durability mode and both write
+// modes, publish exactly their concatenation, the observer sees every byte once and in order,
+// and the writer copies what it buffers. O_DIRECT (write_mode::direct) takes whole aligned
+// blocks and writes the last partial one buffered: any total size works.
 RC_GTEST_PROP(atomic_file_writer, writes_publish_their_concatenation_in_every_durability_mode, ()) {
   const auto mode = *rc::gen::element(durability::sync, durability::deferred, durability::none);
+  const auto writes = *rc::gen::element(write_mode::buffered, write_mode::direct);
   const auto sizes = *rc::gen::container<std::vector<std::size_t>>(
       *rc::gen::inRange<std::size_t>(0, 40),
       rc::gen::weightedOneOf<std::size_t>(
@@ -225,10 +228,16 @@ RC_GTEST_PROP(atomic_file_writer, writes_publish_their_concatenation_in_every_du
   for (auto n : sizes) total += n;
   std::vector<std::byte> expect(total);
   for (std::size_t i = 0; i < total; ++i) expect[i] = static_cast<std::byte>((i * 131 + i / 251) & 0xFF);
-  temp_dir dir;
+  // direct writes on the system's temporary directory (a disk, usually), buffered on temp_root()
+  temp_dir dir = writes == write_mode::direct ? temp_dir(fs::temp_directory_path()) : temp_dir();
   {
-    atomic_file_writer w(dir / "out.bin", false, "test", mode);
+    atomic_file_writer w(dir / "out.bin", false, "test", mode, writes);
     RC_ASSERT(w.durability_mode() == mode);
+    // direct where the filesystem takes O_DIRECT, which every local disk filesystem does
+    if (writes == write_mode::buffered) RC_ASSERT(!w.direct());
+    if (writes == write_mode::direct && local_disk_filesystem(filesystem_name(dir.path()))) RC_ASSERT(w.direct());
+    std::vector<std::byte> observed;
+    w.observe([&](std::span<const std::byte> b) { observed.insert(observed.end(), b.begin(), b.end()); });
     std::vector<std::byte> scratch;
     std::size_t at = 0;
     for (auto n : sizes) {
@@ -239,6 +248,7 @@ RC_GTEST_PROP(atomic_file_writer, writes_publish_their_concatenation_in_every_du
     }
     RC_ASSERT(w.size() == total);
     w.commit();
+    RC_ASSERT(observed == expect);
   }
   RC_ASSERT(read_bytes(dir / "out.bin") == expect);
   RC_ASSERT(dir.files() == std::vector<std::string>{"out.bin"});
@@ -336,6 +346,34 @@ TEST(atomic_file_writer, concurrent_writers_use_distinct_temporaries) {
   EXPECT_TRUE(throws_error([&] { b.commit(); }, {"destination exists"}));
   EXPECT_EQ(to_hex(read_bytes(dir / "x")), "61");
   EXPECT_EQ(dir.files(), std::vector<std::string>{"x"});
+}
+
+// automatic is direct exactly where outputs are fsynced on a local disk filesystem and no source
+// is read from a mapping; an explicit mode is kept; a directory that does not exist yet is asked
+// through its nearest existing ancestor.
+TEST(write_mode, automatic_is_direct_only_for_durable_outputs_on_a_local_disk) {
+  temp_dir dir(fs::temp_directory_path());  // a disk, usually; /dev/shm is asked below
+  const bool disk = local_disk_filesystem(filesystem_name(dir.path()));
+  const fs::path fresh = dir / "not" / "made" / "yet";
+  for (const fs::path& p : {dir.path(), fresh}) {
+    EXPECT_EQ(resolve_write_mode(write_mode::automatic, p, true, false), disk ? write_mode::direct : write_mode::buffered)
+        << p;
+    EXPECT_EQ(resolve_write_mode(write_mode::automatic, p, false, false), write_mode::buffered) << p;  // --no-sync
+    EXPECT_EQ(resolve_write_mode(write_mode::automatic, p, true, true), write_mode::buffered) << p;   // mmap reads
+    for (write_mode m : {write_mode::buffered, write_mode::direct}) {
+      for (bool durable : {true, false}) {
+        EXPECT_EQ(resolve_write_mode(m, p, durable, false), m) << p;
+      }
+    }
+  }
+  if (std::filesystem::is_directory("/dev/shm") && filesystem_name("/dev/shm") == "tmpfs") {
+    EXPECT_EQ(resolve_write_mode(write_mode::automatic, "/dev/shm/x/y", true, false), write_mode::buffered);
+  }
+  for (const char* local : {"ext4", "xfs", "btrfs"}) EXPECT_TRUE(local_disk_filesystem(local)) << local;
+  for (const char* other : {"tmpfs", "nfs", "fuse", "overlay", "zfs", ""}) EXPECT_FALSE(local_disk_filesystem(other)) << other;
+  EXPECT_EQ(to_string(write_mode::direct), "direct");
+  EXPECT_EQ(to_string(write_mode::buffered), "buffered");
+  EXPECT_EQ(to_string(write_mode::automatic), "auto");
 }
 
 TEST(filesystem_name, names_the_filesystem_by_its_statfs_magic) {

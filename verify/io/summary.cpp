@@ -40,6 +40,7 @@ io::transform_summary random_summary() {
   s.max_memory = *rc::gen::arbitrary<std::uint64_t>();
   s.buffer_bytes = *rc::gen::arbitrary<std::uint64_t>();
   s.reads = *rc::gen::element(io::read_mode::automatic, io::read_mode::mmap, io::read_mode::pread);
+  s.writes = *rc::gen::element(io::write_mode::buffered, io::write_mode::direct);
   const auto fs_list = *rc::gen::container<std::vector<std::string>>(rc::gen::element<std::string>("ext4", "tmpfs", "fuse"));
   const std::set<std::string> fs(fs_list.begin(), fs_list.end());
   for (const auto& f : fs) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + f;
@@ -78,6 +79,7 @@ void expect_same(const io::transform_summary& a, const io::transform_summary& b)
   RC_ASSERT(a.max_memory == b.max_memory);
   RC_ASSERT(a.buffer_bytes == b.buffer_bytes);
   RC_ASSERT(a.reads == b.reads);
+  RC_ASSERT(a.writes == b.writes);
   RC_ASSERT(a.source_filesystem == b.source_filesystem);
   RC_ASSERT(a.synced == b.synced);
   RC_ASSERT(a.outputs == b.outputs);
@@ -122,6 +124,7 @@ RC_GTEST_PROP(summary, the_brief_json_lists_the_files_without_their_tensors, ())
   }
   RC_ASSERT(j.at("casts").size() == s.casts.size());
   RC_ASSERT(j.at("read_mode") == std::string(io::to_string(s.reads)));
+  RC_ASSERT(j.at("write_mode") == std::string(io::to_string(s.writes)));
 }
 
 RC_GTEST_PROP(summary, merging_one_summary_gives_it_back, ()) {
@@ -228,4 +231,9 @@ TEST(summary, a_summary_missing_a_key_is_an_error_naming_it) {
   j = io::to_json(io::transform_summary{}, io::summary_detail::tensors);
   j["read_mode"] = "mmapp";
   EXPECT_THROW((void)io::summary_from_json(j), reshard::error);
+  j = io::to_json(io::transform_summary{}, io::summary_detail::tensors);
+  j["write_mode"] = "auto";  // a summary says the mode that ran, never auto
+  EXPECT_THROW((void)io::summary_from_json(j), reshard::error);
+  j.erase("write_mode");  // a summary of an earlier version: buffered
+  EXPECT_EQ(io::summary_from_json(j).writes, io::write_mode::buffered);
 }

@@ -398,6 +398,7 @@ struct ckpt_write_options {
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;  ///< contents over this are split into pieces
   bool overwrite = false;                    ///< replace an existing destination
   io::durability durability = io::durability::sync;  ///< when the bytes reach the disk (mapped_file.hpp)
+  io::write_mode writes = io::write_mode::buffered;   ///< through the page cache, or direct (mapped_file.hpp)
   std::function<void(std::span<const std::byte>)> on_write{};  ///< sees every byte written, in order
 };
 
@@ -411,7 +412,7 @@ struct ckpt_write_options {
 class ckpt_writer {
  public:
   explicit ckpt_writer(std::filesystem::path path, ckpt_write_options opts = {})
-      : out_(std::move(path), opts.overwrite, "ckpt", opts.durability), opts_(opts) {
+      : out_(std::move(path), opts.overwrite, "ckpt", opts.durability, opts.writes), opts_(opts) {
     if (opts_.chunk_bytes == 0) report_error("ckpt: " + out_.destination().string() + ": chunk_bytes must be positive");
     if (opts_.on_write) out_.observe(opts_.on_write);
   }

@@ -111,6 +111,10 @@ struct transform_options {
   std::uint64_t buffer_bytes = std::uint64_t{4} << 20;  ///< most bytes a worker assembles at once
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;           ///< piece size of written ckpt tensors
   read_mode reads = read_mode::automatic;  ///< how source tensors are read
+  /// How the outputs are written: automatic (the default) writes them with O_DIRECT where they
+  /// are fsynced on a local disk filesystem, through the page cache elsewhere (resolve_write_mode,
+  /// docs/cli.md "Reading and writing").
+  write_mode writes = write_mode::automatic;
   /// A bound on the process's resident memory while the targets are written (0: none). The
   /// engine measures what the process holds once the sources' indexes are read, and fits the
   /// jobs and the chunk buffers (buffer_bytes, the read scratch, the pages of mapped sources
@@ -258,7 +262,9 @@ class transform_job {
     staging_ = std::make_unique<staged_outputs>(op_, opts_.force, opts_.sync);
     const bool digests = opts_.digests || !opts_.manifest.empty();
     summary_ = stage_plan(*plan_, sources(), *staging_,
-                          {{threads(), exec_.buffer_bytes}, reads(), opts_.sync, digests, opts_.progress, opts_.max_memory == 0},
+                          {{threads(), exec_.buffer_bytes}, reads(), opts_.sync,
+                           plan_write_mode(*plan_, opts_.writes, opts_.sync, reads(), op_), digests, opts_.progress,
+                           opts_.max_memory == 0},
                           opts_.manifest,
                           opts_.manifest.empty() ? source_node_map{} : source_inodes(catalogue_.files()), opts_.force, op_);
     phase_ = phase::staged;

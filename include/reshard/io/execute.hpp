@@ -49,6 +49,7 @@ struct plan_write_config {
   execution_config exec{1, std::uint64_t{4} << 20};  ///< jobs (>= 1) and the chunk buffer
   read_mode reads = read_mode::pread;
   bool sync = true;      ///< write-back started as the files grow (staged_outputs::sync fsyncs them)
+  write_mode writes = write_mode::buffered;  ///< resolved (resolve_write_mode): buffered or direct
   bool digests = false;  ///< SHA-256 of every file written
   std::function<void(const transform_progress&)> progress{};
   /// The targets that read the same source files written together, each range they share read
@@ -57,6 +58,21 @@ struct plan_write_config {
   /// file writer's buffer.
   bool read_groups = true;
 };
+
+/// The write mode of a run that writes `plan`'s targets (resolve_write_mode, asked of the first
+/// target's directory: one statfs). write_mode::direct with mapped reads is refused: a direct
+/// write copies the bytes into its aligned buffer first, where a source truncated under the run
+/// would kill the process (SIGBUS) instead of being named.
+inline write_mode plan_write_mode(const checkpoint_plan& plan, write_mode requested, bool sync, read_mode reads,
+                                  const std::string& op) {
+  if (requested == write_mode::direct && reads == read_mode::mmap)
+    report_error(op + ": write_mode direct cannot be used with read_mode mmap: a direct write copies "
+                      "the bytes through its own buffer, so a source file truncated during the run could "
+                      "not be reported (use read_mode pread, or write_mode buffered)");
+  if (plan.targets.empty() || plan.targets.front().files.empty()) return write_mode::buffered;
+  return resolve_write_mode(requested, plan.targets.front().files.front().parent_path(), sync,
+                            reads == read_mode::mmap);
+}
 
 /// Writes every target of `plan` to staged files of `out` (parallel over targets); the caller
 /// then syncs and commits `out`. Returns the counts (files, sliced, copied, bytes_read,
@@ -78,7 +94,8 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   if (!metadata_finals.empty()) metadata_parts = out.add(metadata_finals);
   out.prepare();
   plan_executor run(plan, sources, c.exec, c.reads, op, c.progress);
-  const file_sink_options fo{plan.crc, plan.chunk_bytes, c.sync ? durability::deferred : durability::none, c.digests};
+  const file_sink_options fo{plan.crc, plan.chunk_bytes, c.sync ? durability::deferred : durability::none, c.writes,
+                             c.digests};
   std::vector<transform_summary> per(plan.targets.size());
   const unsigned jobs = std::max(c.exec.jobs, 1u);
   const auto groups = read_groups(plan, c.read_groups ? 8 : 1);
@@ -103,6 +120,7 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
     }
   });
   transform_summary s = merge_summaries(std::span<transform_summary>(per), true);
+  s.writes = c.writes;
   for (std::size_t k = 0; k < dcp_dirs.size(); ++k) {  // from the plan alone (dcp_metadata_of)
     const std::string text = encode_dcp_metadata(dcp_metadata_of(plan, dcp_dirs[k], plan.dcp_torch));
     atomic_file_writer w(metadata_parts[k], true, "dcp", c.sync ? durability::deferred : durability::none);
@@ -275,6 +293,7 @@ struct execute_options {
   unsigned jobs = 0;        ///< target files written in parallel; 0: one per core, at most one per target
   std::uint64_t buffer_bytes = std::uint64_t{4} << 20;
   read_mode reads = read_mode::automatic;
+  write_mode writes = write_mode::automatic;  ///< transform_options::writes
   std::uint64_t max_memory = 0;  ///< the CRC check's windows fit a quarter of it (0: no limit)
   std::function<void(const transform_progress&)> progress{};
 };
@@ -362,8 +381,9 @@ class plan_run {
   void stage() {
     RESHARD_EXPECTS(phase_ == phase::checked, "plan_run: stage() before check(), or twice");
     staging_ = std::make_unique<staged_outputs>(op_, o_.force, o_.sync);
-    const plan_write_config c{{jobs(), o_.buffer_bytes}, reads(), o_.sync, o_.digests || !o_.manifest.empty(),
-                              o_.progress, o_.max_memory == 0};
+    const plan_write_config c{{jobs(), o_.buffer_bytes}, reads(), o_.sync,
+                              plan_write_mode(plan_, o_.writes, o_.sync, reads(), op_),
+                              o_.digests || !o_.manifest.empty(), o_.progress, o_.max_memory == 0};
     summary_ = stage_plan(plan_, sources_, *staging_, c, o_.manifest, nodes_, o_.force, op_);
     phase_ = phase::staged;
   }

@@ -252,6 +252,7 @@ struct safetensors_write_options {
   safetensors_order order = safetensors_order::name;  ///< the data order (and order())
   bool overwrite = false;  ///< replace an existing destination
   io::durability durability = io::durability::sync;  ///< when the bytes reach the disk (mapped_file.hpp)
+  io::write_mode writes = io::write_mode::buffered;   ///< through the page cache, or direct (mapped_file.hpp)
   std::function<void(std::span<const std::byte>)> on_write{};  ///< sees every byte written, in order
 };
 
@@ -262,7 +263,7 @@ class safetensors_writer {
  public:
   safetensors_writer(std::filesystem::path path, std::vector<safetensors_tensor_info> tensors,
                      safetensors_write_options opts = {})
-      : out_(std::move(path), opts.overwrite, "safetensors", opts.durability), tensors_(std::move(tensors)) {
+      : out_(std::move(path), opts.overwrite, "safetensors", opts.durability, opts.writes), tensors_(std::move(tensors)) {
     if (opts.on_write) out_.observe(opts.on_write);
     const std::string prefix = "safetensors: " + out_.destination().string() + ": ";
     std::sort(tensors_.begin(), tensors_.end(), [&](const auto& a, const auto& b) {

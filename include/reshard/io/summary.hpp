@@ -9,7 +9,7 @@
 //   std::cout << to_json(s).dump(2);                        // every field, by name
 //   auto back = summary_from_json(to_json(s, summary_detail::tensors));   // == s
 //
-// The JSON's keys are the fields' names, except: `read_mode` (reads), `throughput_bytes_per_second`
+// The JSON's keys are the fields' names, except: `read_mode` (reads), `write_mode` (writes), `throughput_bytes_per_second`
 // (derived), and in the preview `file` (path), `bytes_written` (tensor_bytes), `cross_rank_bytes`
 // and `peak_memory_bound_bytes`; dtypes are MindSpore's names ("Float32").
 #pragma once
@@ -18,6 +18,7 @@
 #include <reshard/layout.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
 #include <reshard/io/dtype.hpp>
+#include <reshard/io/mapped_file.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -121,6 +122,7 @@ struct transform_summary {
   std::uint64_t max_memory = 0;       ///< transform_options::max_memory (0: none)
   std::uint64_t buffer_bytes = 0;     ///< the chunk buffer of each job (fitted to max_memory)
   read_mode reads = read_mode::pread;  ///< how the source tensors were read
+  write_mode writes = write_mode::buffered;  ///< how the outputs were written (resolve_write_mode)
   std::string source_filesystem;      ///< the filesystems of the files read (filesystem_name), comma-separated
   bool synced = true;                 ///< the outputs were fsynced (transform_options::sync)
   std::vector<std::filesystem::path> outputs;  ///< the files written, by target rank
@@ -228,6 +230,7 @@ inline nlohmann::json to_json(const transform_summary& s, summary_detail level =
   j["jobs"] = s.jobs;
   j["synced"] = s.synced;
   j["read_mode"] = to_string(s.reads);
+  j["write_mode"] = to_string(s.writes);
   j["source_filesystem"] = s.source_filesystem;
   j["written"] = nlohmann::json::array();
   for (const auto& w : s.written) {
@@ -267,6 +270,12 @@ inline transform_summary summary_from_json(const nlohmann::json& j) {
     const auto mode = detail::read_mode_from(j.at("read_mode").get<std::string>());
     if (!mode) report_error("transform summary: \"read_mode\" is not auto, mmap or pread");
     s.reads = *mode;
+    if (auto w = j.find("write_mode"); w != j.end()) {  // absent from the summaries of earlier versions
+      const std::string name = w->get<std::string>();
+      if (name == "direct") s.writes = write_mode::direct;
+      else if (name == "buffered") s.writes = write_mode::buffered;
+      else report_error("transform summary: \"write_mode\" is not buffered or direct");
+    }
     s.source_filesystem = j.at("source_filesystem").get<std::string>();
     for (const auto& f : j.at("written")) {
       written_file w;
@@ -294,6 +303,7 @@ transform_summary merge_summaries(std::span<Part> parts, bool move_files) {
   transform_summary s;
   if (parts.empty()) return s;
   s.reads = parts.front().reads;
+  s.writes = parts.front().writes;
   s.max_memory = parts.front().max_memory;
   s.jobs = 0;
   s.buffer_bytes = parts.front().buffer_bytes;

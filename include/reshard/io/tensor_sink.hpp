@@ -82,6 +82,7 @@ struct file_sink_options {
   bool crc = false;                                  ///< ckpt: the crc_num trailer
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;      ///< ckpt: piece size
   io::durability durability = io::durability::deferred;
+  io::write_mode writes = io::write_mode::buffered;  ///< resolved (resolve_write_mode): buffered or direct
   bool digests = false;                              ///< SHA-256 of every file (written_file::sha256)
 };
 
@@ -110,7 +111,7 @@ class target_file_sink final : public tensor_sink {
       infos.push_back({it.name, it.to, it.scalar ? std::vector<std::int64_t>{} : it.dims});
     }
     if (t_.format == checkpoint_format::dcp) {
-      dcp_.emplace(staged_[k], true, "dcp", o_.durability);
+      dcp_.emplace(staged_[k], true, "dcp", o_.durability, o_.writes);
       if (on_write) dcp_->observe(std::move(on_write));
       return;
     }
@@ -119,6 +120,7 @@ class target_file_sink final : public tensor_sink {
                                                    .chunk_bytes = o_.chunk_bytes,
                                                    .overwrite = true,
                                                    .durability = o_.durability,
+                                                   .writes = o_.writes,
                                                    .on_write = std::move(on_write)});
       return;
     }
@@ -127,6 +129,7 @@ class target_file_sink final : public tensor_sink {
                                                                              : safetensors_order::name,
                                  .overwrite = true,
                                  .durability = o_.durability,
+                                 .writes = o_.writes,
                                  .on_write = std::move(on_write)};
     st_.emplace(staged_[k], std::move(infos), std::move(so));
   }
@@ -177,7 +180,7 @@ class target_file_sink final : public tensor_sink {
     }
     const std::string text = hf_index_json(total, weight_map);
     const std::size_t k = records_.size();
-    atomic_file_writer w(staged_[k], true, "hf", o_.durability);
+    atomic_file_writer w(staged_[k], true, "hf", o_.durability, o_.writes);
     sha256 d;
     if (o_.digests) w.observe([&d](std::span<const std::byte> b) { d.update(b); });
     w.write(text);
