@@ -46,7 +46,7 @@ inline command add_execute_command(CLI::App& app) {
       ->check([](const std::string& v) {
         return parse_part(v) ? std::string() : "not I/K with 1 <= I <= K: " + v;
       });
-  sub->add_option("--jobs,-j", o->jobs, "target files written in parallel (default 0: one per core)");
+  sub->add_option("--jobs,-j", o->jobs, "target files written in parallel (default 0: one per core, two with direct writes)");
   sub->add_option("--read-mode", o->read_mode, "how source tensors are read: auto (pread), pread or mmap")
       ->check(CLI::IsMember({"auto", "mmap", "pread"}));
   add_write_mode_option(sub, o->write_mode);

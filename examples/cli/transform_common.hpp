@@ -224,7 +224,7 @@ inline void add_transform_flags(CLI::App* sub, transform_flags& f, bool with_for
   }
   if (with_jobs)
     sub->add_option("--jobs,-j", f.jobs,
-                    "target files written in parallel (default 0: one per core, at most one per target file; "
+                    "target files written in parallel (default 0: one per core, two per core with direct writes, at most one per target file; "
                     "under mpirun the cores are shared among the processes on the machine)");
   sub->add_flag("--force", f.force, "replace existing output files");
   sub->add_flag("--crc", f.crc, "end every ckpt file written with MindSpore's crc_num trailer");

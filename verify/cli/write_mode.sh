@@ -4,7 +4,8 @@
 # transform, merge and execute, with one job and two; the summary says which mode ran (auto:
 # direct where the outputs are fsynced on a local disk filesystem and reads are not mmap,
 # buffered on tmpfs and with --no-sync); direct with --read-mode mmap is refused (exit 1, nothing
-# written); an unknown mode is bad usage (exit 2).
+# written); an unknown mode is bad usage (exit 2). The default --jobs is one per core, two per core
+# with direct writes.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -53,6 +54,15 @@ if [[ -d /dev/shm && $(stat -f -c %T /dev/shm) == tmpfs ]]; then
     transform --src-dir "$d/src" --dst-dir "$shm/out" "${strategies[@]}" --json
   rm -rf "$shm"
 fi
+
+# the default jobs: one per core, two per core with direct writes, at most one per target (4 here)
+cores=$(nproc)
+expect_json "direct: two jobs per core" "j[\"jobs\"] == min(4, 2 * $cores)" \
+  transform --src-dir "$d/src" --dst-dir "$tmp/jobs_direct" "${strategies[@]}" --write-mode direct --json
+expect_json "buffered: one job per core" "j[\"jobs\"] == min(4, $cores)" \
+  transform --src-dir "$d/src" --dst-dir "$tmp/jobs_buffered" "${strategies[@]}" --write-mode buffered --json
+expect_json "--jobs 3 is kept with direct writes" 'j["jobs"] == 3' \
+  transform --src-dir "$d/src" --dst-dir "$tmp/jobs_3" "${strategies[@]}" --write-mode direct --jobs 3 --json
 
 # merge into one ckpt file, and execute of a saved plan, in both modes
 for mode in buffered direct; do

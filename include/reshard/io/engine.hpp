@@ -97,7 +97,8 @@ struct transform_options {
   dcp_layout dcp_torch = dcp_layout::torch_2;
   /// The bound on a Hugging Face shard's tensor bytes (format hf); 5 GB, as Hugging Face's default.
   std::uint64_t max_shard_bytes = 5'000'000'000;
-  /// Target files written in parallel; 0 (the default): one per core, at most one per target
+  /// Target files written in parallel; 0 (the default): one per core (two with direct writes:
+  /// write_mode), at most one per target
   /// file. The summary reports the number used.
   unsigned jobs = 0;
   bool force = false;         ///< replace existing output files
@@ -262,8 +263,7 @@ class transform_job {
     staging_ = std::make_unique<staged_outputs>(op_, opts_.force, opts_.sync);
     const bool digests = opts_.digests || !opts_.manifest.empty();
     summary_ = stage_plan(*plan_, sources(), *staging_,
-                          {{threads(), exec_.buffer_bytes}, reads(), opts_.sync,
-                           plan_write_mode(*plan_, opts_.writes, opts_.sync, reads(), op_), digests, opts_.progress,
+                          {{threads(), exec_.buffer_bytes}, reads(), opts_.sync, writes_, digests, opts_.progress,
                            opts_.max_memory == 0},
                           opts_.manifest,
                           opts_.manifest.empty() ? source_node_map{} : source_inodes(catalogue_.files()), opts_.force, op_);
@@ -438,6 +438,8 @@ class transform_job {
   // Walks every target's items once: checks each, decides its cast, and puts it in the plan;
   // then the checks over all of them, the memory fit and the totals.
   void make_plan() {
+    writes_ = run_write_mode(opts_.writes, targets_.empty() ? std::filesystem::path() : targets_.front().path,
+                             opts_.sync, reads(), op_);
     catalogue_.collect(opts_.names, warnings_);
     checkpoint_plan pl;
     pl.targets.reserve(targets_.size());
@@ -630,7 +632,7 @@ class transform_job {
   }
 
   // The jobs asked for (or fitted to max_memory), or (0) one per core and at most one per target file.
-  unsigned threads() const { return default_jobs(exec_.jobs, targets_.size()); }
+  unsigned threads() const { return default_jobs(exec_.jobs, targets_.size(), writes_); }
 
   read_mode reads() const noexcept { return opts_.reads == read_mode::mmap ? read_mode::mmap : read_mode::pread; }
 
@@ -662,6 +664,7 @@ class transform_job {
   transform_summary summary_;                 // stage()'s, completed by commit()
   std::vector<std::string> warnings_;
   bool previewing_ = false;  // preview(): no CRC verification
+  write_mode writes_ = write_mode::buffered;  // make_plan(): opts_.writes resolved (run_write_mode)
   cast_decisions casts_{opts_.casts};  // which parameters are cast (dtype_rules.hpp)
 };
 

@@ -59,19 +59,18 @@ struct plan_write_config {
   bool read_groups = true;
 };
 
-/// The write mode of a run that writes `plan`'s targets (resolve_write_mode, asked of the first
-/// target's directory: one statfs). write_mode::direct with mapped reads is refused: a direct
-/// write copies the bytes into its aligned buffer first, where a source truncated under the run
-/// would kill the process (SIGBUS) instead of being named.
-inline write_mode plan_write_mode(const checkpoint_plan& plan, write_mode requested, bool sync, read_mode reads,
-                                  const std::string& op) {
+/// The write mode of a run whose outputs go where `first_output` is (resolve_write_mode: one
+/// statfs of it or its nearest existing ancestor; empty: buffered). write_mode::direct with
+/// mapped reads is refused: a direct write copies the bytes into its aligned buffer first, where
+/// a source truncated under the run would kill the process (SIGBUS) instead of being named.
+inline write_mode run_write_mode(write_mode requested, const std::filesystem::path& first_output, bool sync,
+                                 read_mode reads, const std::string& op) {
   if (requested == write_mode::direct && reads == read_mode::mmap)
     report_error(op + ": write_mode direct cannot be used with read_mode mmap: a direct write copies "
                       "the bytes through its own buffer, so a source file truncated during the run could "
                       "not be reported (use read_mode pread, or write_mode buffered)");
-  if (plan.targets.empty() || plan.targets.front().files.empty()) return write_mode::buffered;
-  return resolve_write_mode(requested, plan.targets.front().files.front().parent_path(), sync,
-                            reads == read_mode::mmap);
+  if (first_output.empty()) return write_mode::buffered;
+  return resolve_write_mode(requested, first_output, sync, reads == read_mode::mmap);
 }
 
 /// Writes every target of `plan` to staged files of `out` (parallel over targets); the caller
@@ -235,10 +234,15 @@ inline void describe_sources(transform_summary& s, const std::vector<const check
   for (const auto& k : kinds) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + k;
 }
 
-/// The target files written at once when `asked` is 0: one per core, at most one per target.
-inline unsigned default_jobs(unsigned asked, std::size_t targets) {
+/// The target files written at once when `asked` is 0: one per core (two when they are written
+/// directly), at most one per target.
+inline unsigned default_jobs(unsigned asked, std::size_t targets, write_mode writes = write_mode::buffered) {
   if (asked != 0) return asked;
-  return static_cast<unsigned>(std::clamp<std::size_t>(targets, 1, reshard::thread_count(0)));
+  // a direct write waits for the disk: a second job per core assembles its chunk meanwhile
+  // (docs/benchmarks.md, "Durable writes": 1 GiB 4 -> 8 on the ext4 disk, 2 jobs 0.68-0.81 s,
+  // 4 jobs 0.54-0.65 s, 8 jobs no faster)
+  const std::size_t per_core = writes == write_mode::direct ? 2 : 1;
+  return static_cast<unsigned>(std::clamp<std::size_t>(targets, 1, per_core * reshard::thread_count(0)));
 }
 
 /// Checks the path a manifest of a run will be written to: not a source file (`sources`: each
@@ -347,6 +351,8 @@ class plan_run {
     RESHARD_EXPECTS(phase_ == phase::created, "plan_run: check() twice");
     start_ = std::chrono::steady_clock::now();
     check_checkpoint_plan(plan_, op_);
+    writes_ = run_write_mode(o_.writes, plan_.targets.empty() ? std::filesystem::path() : plan_.targets.front().path,
+                             o_.sync, reads(), op_);
     for (const auto& [r, s] : plan_.sources) {
       auto rd = std::make_unique<checkpoint_reader>(s.path);
       const std::int64_t mtime = rd->mtime_ns();
@@ -381,8 +387,7 @@ class plan_run {
   void stage() {
     RESHARD_EXPECTS(phase_ == phase::checked, "plan_run: stage() before check(), or twice");
     staging_ = std::make_unique<staged_outputs>(op_, o_.force, o_.sync);
-    const plan_write_config c{{jobs(), o_.buffer_bytes}, reads(), o_.sync,
-                              plan_write_mode(plan_, o_.writes, o_.sync, reads(), op_),
+    const plan_write_config c{{jobs(), o_.buffer_bytes}, reads(), o_.sync, writes_,
                               o_.digests || !o_.manifest.empty(), o_.progress, o_.max_memory == 0};
     summary_ = stage_plan(plan_, sources_, *staging_, c, o_.manifest, nodes_, o_.force, op_);
     phase_ = phase::staged;
@@ -409,7 +414,7 @@ class plan_run {
   }
 
  private:
-  unsigned jobs() const { return default_jobs(o_.jobs, plan_.targets.size()); }
+  unsigned jobs() const { return default_jobs(o_.jobs, plan_.targets.size(), writes_); }
   read_mode reads() const noexcept { return o_.reads == read_mode::mmap ? read_mode::mmap : read_mode::pread; }
 
   const checkpoint_plan& plan_;
@@ -423,6 +428,7 @@ class plan_run {
   source_node_map nodes_;
   std::unique_ptr<staged_outputs> staging_;  // stage(): the files staged, until commit()
   transform_summary summary_;
+  write_mode writes_ = write_mode::buffered;  // check(): o_.writes resolved (run_write_mode)
 };
 
 /// Writes the targets of `plan` (a plan read back with plan_from_json, or one part of it) from its
