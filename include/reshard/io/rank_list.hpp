@@ -113,7 +113,7 @@ inline std::set<index_t> needed_sources(std::span<const std::int64_t> ranks, con
   for_each_parameter_layouts(ranks, src, dst,
                              [&](const std::string&, std::uint32_t, const layout& sl, const layout& tl,
                                  std::span<const std::int64_t> mine) {
-                               const rank_planner rp(sl, tl, m);
+                               const rank_planner rp(sl, tl, m, transform_replica_policy);
                                for (std::int64_t t : mine) {
                                  xs.clear();
                                  rp.receives(t, xs);
