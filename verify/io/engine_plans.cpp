@@ -6,7 +6,7 @@
 // source file it was read from: element g of a parameter in the file of source rank r holds
 // (r << 32) | g, so replicas differ. After transform_checkpoints, each output tensor must equal,
 // byte for byte, `convert` of the parameter's plan (transform_replica_policy: each replicated slice
-from the source rank nearest the target) applied to those shards: the
+// from the source rank nearest the target) applied to those shards: the
 // engine read exactly the plan's transfers, from exactly the plan's senders, and put them where
 // the plan says. transform_checkpoint_by_rank of one target, given only the files
 // rank_list_for_transform names, must write the same file, and load_checkpoint_by_rank must fill
