@@ -137,12 +137,15 @@ RC_GTEST_PROP(RankPlan, ConvertsLikeSplit, (const layout_pair& lp)) {
                            laws::in(lp.src, lp.dst)));
 }
 
-// One replica policy: a tabulated rank_planner (the checkpoint engine's, several ranks of one
-// layout pair) and an arithmetic one (plan_for_rank's, rank_list's) give every rank the same
-// receives and sends, and plan(A, B, round_robin) is their union.
+// One planner per policy (round_robin, nearest): a tabulated rank_planner (the checkpoint
+// engine's, several ranks of one layout pair) and an arithmetic one (plan_for_rank's,
+// rank_list's) give every rank the same receives and sends; the receives of all targets are
+// plan(A, B, policy), the sends its cross transfers.
 RC_GTEST_PROP(RankPlan, TabulatedPlannerEqualsArithmetic, (const layout_pair& lp)) {
-  const rank_planner t(lp.src, lp.dst), a(lp.src, lp.dst, partition::mode::arithmetic);
-  std::vector<transfer> all;
+  const replica_policy policy = *rc::gen::element(replica_policy::round_robin, replica_policy::nearest);
+  const rank_planner t(lp.src, lp.dst, partition::mode::tabulated, policy);
+  const rank_planner a(lp.src, lp.dst, partition::mode::arithmetic, policy);
+  std::vector<transfer> all, sent;
   for (index_t r : all_ranks(lp.src, lp.dst)) {
     std::vector<transfer> xt, xa, st, sa;
     t.receives(r, xt);
@@ -152,8 +155,14 @@ RC_GTEST_PROP(RankPlan, TabulatedPlannerEqualsArithmetic, (const layout_pair& lp
     RC_ASSERT(xt == xa);
     RC_ASSERT(st == sa);
     all.insert(all.end(), xt.begin(), xt.end());
+    sent.insert(sent.end(), st.begin(), st.end());
   }
-  RC_ASSERT(all == plan(lp.src, lp.dst, replica_policy::round_robin).transfers);
+  const transfer_plan p = plan(lp.src, lp.dst, policy);
+  RC_ASSERT(all == p.transfers);
+  std::vector<transfer> cross;
+  for (const transfer& x : p.transfers)
+    if (x.src != x.dst) cross.push_back(x);
+  RC_ASSERT(sorted(sent) == sorted(cross));
 }
 
 // @post rank_list(A, B, t) == the sorted sources of the transfers to t in plan(A, B, round_robin):
@@ -291,31 +300,6 @@ RC_GTEST_PROP(RankPlan, NearestOwnersWithinTwiceRoundRobin, (const layout_pair& 
 
 RC_GTEST_PROP(RankPlan, NearestRunsReadNoMoreRanks, (const layout_pair& lp)) {
   RC_LAW(nearest_runs_read_fewer(lp.src, lp.dst));
-}
-
-// As for round robin: a tabulated and an arithmetic planner give every rank the same receives
-// and sends; the receives of all targets are plan(A, B, nearest), the sends its cross transfers.
-RC_GTEST_PROP(RankPlan, NearestTabulatedEqualsArithmetic, (const layout_pair& lp)) {
-  const rank_planner t(lp.src, lp.dst, partition::mode::tabulated, replica_policy::nearest);
-  const rank_planner a(lp.src, lp.dst, partition::mode::arithmetic, replica_policy::nearest);
-  std::vector<transfer> all, sent;
-  for (index_t r : all_ranks(lp.src, lp.dst)) {
-    std::vector<transfer> xt, xa, st, sa;
-    t.receives(r, xt);
-    a.receives(r, xa);
-    t.sends(r, st);
-    a.sends(r, sa);
-    RC_ASSERT(xt == xa);
-    RC_ASSERT(st == sa);
-    all.insert(all.end(), xt.begin(), xt.end());
-    sent.insert(sent.end(), st.begin(), st.end());
-  }
-  const transfer_plan p = plan(lp.src, lp.dst, replica_policy::nearest);
-  RC_ASSERT(all == p.transfers);
-  std::vector<transfer> cross;
-  for (const transfer& x : p.transfers)
-    if (x.src != x.dst) cross.push_back(x);
-  RC_ASSERT(sorted(sent) == sorted(cross));
 }
 
 // Source dev [4, 2] (the halves replicated on ranks 0, 2, 4, 6 and 1, 3, 5, 7) to 8 ranks that

@@ -204,7 +204,7 @@ inline transform_rank_list_check check_rank_list_for_transform(std::int64_t rank
           of_stage.clear();
           for (index_t r : list)
             if (r >= sl.first_rank && r < sl.first_rank + num_ranks(sl)) of_stage.push_back(r);
-          f(name, check_rank_list(sl, tl, rank, of_stage, out.minimal), tl);
+          f(name, check_rank_list(sl, tl, rank, of_stage, out.minimal, transform_replica_policy), tl);
         });
   };
   std::set<index_t> kept;
