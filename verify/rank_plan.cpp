@@ -184,11 +184,15 @@ RC_GTEST_PROP(RankPlan, RankListIsTheSendersOfThePlan, (const layout_pair& lp)) 
 
 namespace {
 
-// The owner of `owners` (ascending) at the least distance from rank t, the lower of two:
-// found by a scan, not plan.hpp's search.
-index_t nearest_by_scan(const std::vector<index_t>& owners, index_t t) {
-  index_t best = owners.front();
-  for (index_t o : owners) {
+// The owner of `owners` (ascending) at the least distance from rank t, the lower of two, among
+// those that are ranks of `dst` if any is: found by a scan, not plan.hpp's search.
+index_t nearest_by_scan(const std::vector<index_t>& owners, index_t t, const layout& dst) {
+  std::vector<index_t> of_dst;
+  for (index_t o : owners)
+    if (laws::has_rank(dst, o)) of_dst.push_back(o);
+  const std::vector<index_t>& among = of_dst.empty() ? owners : of_dst;
+  index_t best = among.front();
+  for (index_t o : among) {
     const index_t d = o > t ? o - t : t - o, bd = best > t ? best - t : t - best;
     if (d < bd) best = o;
   }
@@ -234,7 +238,7 @@ std::string nearest_law(const layout& src, const layout& dst) {
     if (owners < 2 || needs == 0) continue;
     const index_t cap = 2 * ((needs + owners - 1) / owners);
     std::map<index_t, index_t> near_load;
-    for (std::size_t i : g.reads) ++near_load[nearest_by_scan(g.owners, nr.transfers[i].dst)];
+    for (std::size_t i : g.reads) ++near_load[nearest_by_scan(g.owners, nr.transfers[i].dst, dst)];
     bool fits = true;
     for (const auto& [o, n] : near_load) fits = fits && n <= cap;
     std::map<index_t, index_t> load;
@@ -245,7 +249,7 @@ std::string nearest_law(const layout& src, const layout& dst) {
       if (load[x.src] > cap)
         return "nearest: rank " + std::to_string(x.src) + " serves more than " + std::to_string(cap) + " of the " +
                std::to_string(needs) + " targets of its region" + laws::in(rr);
-      const index_t want = fits ? nearest_by_scan(g.owners, x.dst) : rr.transfers[i].src;
+      const index_t want = fits ? nearest_by_scan(g.owners, x.dst, dst) : rr.transfers[i].src;
       if (x.src != want)
         return "nearest: target " + std::to_string(x.dst) + " reads from " + std::to_string(x.src) + ", not " +
                std::to_string(want) + (fits ? " (the nearest owner)" : " (round robin's: the nearest do not fit)") +
@@ -319,6 +323,18 @@ TEST(RankPlan, NearestReadsNeighbours) {
     EXPECT_EQ(p.transfers[i].dst, static_cast<index_t>(i));
     EXPECT_EQ(p.transfers[i].src, want[i]) << "target " << i;
   }
+  EXPECT_LAW(nearest_law(src, dst));
+}
+
+// Quarters replicated on ranks k and k + 4, to 4 ranks that each take the whole tensor: target 3
+// lacks quarter 0, whose owner 4 is nearer than 0, but 0 is a target rank (its file is read
+// anyway, as target 0's own) and 4 is not: every target reads from ranks 0..3 only.
+TEST(RankPlan, NearestPrefersOwnersThatAreTargets) {
+  const layout src = mindspore_layout({2, 4}, {0}, {8});
+  const layout dst = mindspore_layout({4}, {-1}, {8});
+  const transfer_plan p = plan(src, dst, replica_policy::nearest);
+  ASSERT_EQ(p.transfers.size(), 16u);
+  for (const transfer& x : p.transfers) EXPECT_LT(x.src, 4) << laws::show(x);
   EXPECT_LAW(nearest_law(src, dst));
 }
 

@@ -192,15 +192,16 @@ enum class replica_policy : std::uint8_t {
   // @post the targets served by one owner of a region differ in count by at most one
   round_robin,
   /// Each target reads a region it lacks from the owner of that region nearest to it in rank
-  /// (the lower on a tie), so that a contiguous run of targets, which read their own ranks'
-  /// files, reads few other files: a checkpoint transform split into runs of target ranks
+  /// (the lower on a tie), among the owners that are target ranks when there are any, so that
+  /// a contiguous run of targets, which read their own ranks' files, reads few other files: a checkpoint transform split into runs of target ranks
   /// opens fewer distinct source files per run. Where that would have one owner of a region
   /// serve more than twice round robin's most (2 ceil(T / g) of the T targets that need the
   /// region from its g owners), the region is dealt round robin instead. Any rank can derive
   /// its own part alone, as with round_robin (deciding a region costs O(T log g)).
   // @post per region, the targets served by one owner <= 2 ceil(T / g)
   // @post per region, every target reads from an owner at the least rank distance (the lower
-  //       of two), or the region's senders are round_robin's
+  //       of two) among the owners that are target ranks (all owners if none is), or the
+  //       region's senders are round_robin's
   // @post per region with the nearest owners, the sender does not decrease as the target rank
   //       grows: a contiguous run of targets reads from a contiguous run of the region's owners
   nearest,
@@ -345,11 +346,17 @@ class rank_planner {
     }
   }
 
-  // The position in `owners` (ascending) of the one nearest to rank t, the lower on a tie.
-  static constexpr std::size_t nearest_index(std::span<const index_t> owners, index_t t) {
-    const auto i = static_cast<std::size_t>(std::lower_bound(owners.begin(), owners.end(), t) - owners.begin());
-    if (i == owners.size()) return i - 1;
-    if (i > 0 && t - owners[i - 1] <= owners[i] - t) return i - 1;
+  // The position in `owners` (ascending) of the one nearest to rank t, the lower on a tie; of
+  // the owners that are target ranks, if any (their own data is read anyway where each target
+  // reads its rank's source: a checkpoint's base files).
+  constexpr std::size_t nearest_index(std::span<const index_t> owners, index_t t) const {
+    auto first = std::lower_bound(owners.begin(), owners.end(), dst_.first_rank);
+    auto last = std::lower_bound(first, owners.end(), dst_.first_rank + dst_.ranks);
+    if (first == last) first = owners.begin(), last = owners.end();
+    const auto it = std::lower_bound(first, last, t);
+    auto i = static_cast<std::size_t>(it - owners.begin());
+    if (it == last) return i - 1;
+    if (it != first && t - owners[i - 1] <= owners[i] - t) return i - 1;
     return i;
   }
 
