@@ -196,7 +196,7 @@ g=$tmp/gone
 import os, sys
 sys.path[:0] = [os.path.join(sys.argv[1], "bench"), os.path.join(sys.argv[1], "verify", "python")]
 import ms_proto, scale_ranks as s
-mods, params = ms_proto.load(), s.model(8)
+mods, params = ms_proto.load(), s.model(24)  # hidden 24: every dim splits 8 and 12 ways
 fulls, d = s.full_tensors(params), sys.argv[2]
 os.makedirs(d)
 s.generate(d + "/src", s.class_files(mods, params, fulls, 16, s.SRC_TP), 16, s.SRC_TP)
@@ -227,9 +227,18 @@ for r in 12 15; do
   done
   mv "$g/away" "$g/src/rank_$r"
 done
+# 2 processes open the files their targets need, rank-list's, the two runs sharing only the files
+# at their border: 12 for one process, 14 for two (targets 0..5 and 6..11 both read ranks 4, 5)
 mrun 2 transform --src-dir "$g/src" --dst-dir "$g/n2" "${gs[@]}" --json
-if [[ $rc -eq 0 ]] && printf '%s' "$out" | "$PY" -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['source_files'] == 12 else 1)"; then
-  pass; else fail "16 -> 12 on 2 processes: 12 source files opened in all" "stdout: $out" "stderr: $err"; fi
+j2=$out
+mrun 1 transform --src-dir "$g/src" --dst-dir "$g/n1" "${gs[@]}" --json
+if [[ $rc -eq 0 ]] && "$PY" -c "
+import json, sys
+two, one = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+ok = one['source_files'] == 12 and two['processes'] == [list(range(6)), list(range(6, 12))]
+sys.exit(0 if ok and two['source_files'] == int(sys.argv[3]) + int(sys.argv[4]) == 14 else 1)" "$j2" "$out" \
+  "$(needed 0 1 2 3 4 5 | wc -w)" "$(needed 6 7 8 9 10 11 | wc -w)"; then
+  pass; else fail "16 -> 12: 12 source files for one process, 14 for two (rank-list's of each run)" "two: $j2" "one: $out"; fi
 strategies=("${saved[@]}")
 
 # a target that process 1 cannot write (its directory is a file): the files process 0 wrote are
