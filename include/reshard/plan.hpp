@@ -193,8 +193,8 @@ enum class replica_policy : std::uint8_t {
   round_robin,
   /// Each target reads a region it lacks from the owner of that region nearest to it in rank
   /// (the lower on a tie), among the owners that are target ranks when there are any, so that
-  /// a contiguous run of targets, which read their own ranks' files, reads few other files: a checkpoint transform split into runs of target ranks
-  /// opens fewer distinct source files per run. Where that would have one owner of a region
+  /// a contiguous run of targets, which read their own ranks' files, reads few other files: a
+  /// checkpoint transform split into runs of target ranks opens fewer distinct source files. Where that would have one owner of a region
   /// serve more than twice round robin's most (2 ceil(T / g) of the T targets that need the
   /// region from its g owners), the region is dealt round robin instead. Any rank can derive
   /// its own part alone, as with round_robin (deciding a region costs O(T log g)).
@@ -214,7 +214,9 @@ enum class replica_policy : std::uint8_t {
 /// several owners, its holders and the turns before each overlapping target region: O(ranks +
 /// region overlaps) to build, then O(pieces of the rank x log) per rank. Built arithmetic, it
 /// holds only slice bounds and counts turns per question: O(slices) to build, O(pieces x
-/// replicas) per rank. The answers are the same.
+/// replicas) per rank. The answers are the same. With nearest, the tabulated build also decides
+/// every region (O(region overlaps x replicas x log)); the arithmetic one decides a region per
+/// question.
 class rank_planner {
  public:
   /// @pre src and dst are valid layouts of the same shape; policy is not least_loaded (a
