@@ -662,7 +662,8 @@ std::vector<reshard::transfer> transfers_of(const py::object& xs) {
 reshard::replica_policy policy_of(const std::string& s) {
   if (s == "least_loaded") return reshard::replica_policy::least_loaded;
   if (s == "round_robin") return reshard::replica_policy::round_robin;
-  throw py::value_error("policy must be 'least_loaded' or 'round_robin', not '" + s + "'");
+  if (s == "nearest") return reshard::replica_policy::nearest;
+  throw py::value_error("policy must be 'least_loaded', 'round_robin' or 'nearest', not '" + s + "'");
 }
 
 // Seconds per call of reshard::plan(src, dst) in C++ (the best of `repeats` rounds of `calls`

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -136,12 +137,15 @@ RC_GTEST_PROP(RankPlan, ConvertsLikeSplit, (const layout_pair& lp)) {
                            laws::in(lp.src, lp.dst)));
 }
 
-// One replica policy: a tabulated rank_planner (the checkpoint engine's, several ranks of one
-// layout pair) and an arithmetic one (plan_for_rank's, rank_list's) give every rank the same
-// receives and sends, and plan(A, B, round_robin) is their union.
+// One planner per policy (round_robin, nearest): a tabulated rank_planner (the checkpoint
+// engine's, several ranks of one layout pair) and an arithmetic one (plan_for_rank's,
+// rank_list's) give every rank the same receives and sends; the receives of all targets are
+// plan(A, B, policy), the sends its cross transfers.
 RC_GTEST_PROP(RankPlan, TabulatedPlannerEqualsArithmetic, (const layout_pair& lp)) {
-  const rank_planner t(lp.src, lp.dst), a(lp.src, lp.dst, partition::mode::arithmetic);
-  std::vector<transfer> all;
+  const replica_policy policy = *rc::gen::element(replica_policy::round_robin, replica_policy::nearest);
+  const rank_planner t(lp.src, lp.dst, partition::mode::tabulated, policy);
+  const rank_planner a(lp.src, lp.dst, partition::mode::arithmetic, policy);
+  std::vector<transfer> all, sent;
   for (index_t r : all_ranks(lp.src, lp.dst)) {
     std::vector<transfer> xt, xa, st, sa;
     t.receives(r, xt);
@@ -151,8 +155,14 @@ RC_GTEST_PROP(RankPlan, TabulatedPlannerEqualsArithmetic, (const layout_pair& lp
     RC_ASSERT(xt == xa);
     RC_ASSERT(st == sa);
     all.insert(all.end(), xt.begin(), xt.end());
+    sent.insert(sent.end(), st.begin(), st.end());
   }
-  RC_ASSERT(all == plan(lp.src, lp.dst, replica_policy::round_robin).transfers);
+  const transfer_plan p = plan(lp.src, lp.dst, policy);
+  RC_ASSERT(all == p.transfers);
+  std::vector<transfer> cross;
+  for (const transfer& x : p.transfers)
+    if (x.src != x.dst) cross.push_back(x);
+  RC_ASSERT(sorted(sent) == sorted(cross));
 }
 
 // @post rank_list(A, B, t) == the sorted sources of the transfers to t in plan(A, B, round_robin):
@@ -167,6 +177,181 @@ RC_GTEST_PROP(RankPlan, RankListIsTheSendersOfThePlan, (const layout_pair& lp)) 
     std::sort(want.begin(), want.end());
     RC_ASSERT(rank_list(lp.src, lp.dst, t) == want);
   }
+}
+
+// -- replica_policy::nearest: the same pieces as round robin; each region read from the owners
+// nearest to its targets, within twice round robin's load, or else dealt round robin.
+
+namespace {
+
+// The owner of `owners` (ascending) at the least distance from rank t, the lower of two, among
+// those that are ranks of `dst` if any is: found by a scan, not plan.hpp's search.
+index_t nearest_by_scan(const std::vector<index_t>& owners, index_t t, const layout& dst) {
+  std::vector<index_t> of_dst;
+  for (index_t o : owners)
+    if (laws::has_rank(dst, o)) of_dst.push_back(o);
+  const std::vector<index_t>& among = of_dst.empty() ? owners : of_dst;
+  index_t best = among.front();
+  for (index_t o : among) {
+    const index_t d = o > t ? o - t : t - o, bd = best > t ? best - t : t - best;
+    if (d < bd) best = o;
+  }
+  return best;
+}
+
+// Per source region, the cross transfers of plan p that read it (their indexes in p), and the
+// region's owners.
+struct region_reads {
+  std::vector<index_t> owners;
+  std::vector<std::size_t> reads;
+};
+std::vector<region_reads> reads_by_region(const transfer_plan& p) {
+  std::vector<region_reads> out;
+  std::map<index_t, std::size_t> of_owner;
+  for (const region& g : regions(p.src)) {
+    for (index_t o : g.owners) of_owner[o] = out.size();
+    out.push_back({g.owners, {}});
+  }
+  for (std::size_t i = 0; i < p.transfers.size(); ++i)
+    if (p.transfers[i].src != p.transfers[i].dst) out[of_owner.at(p.transfers[i].src)].reads.push_back(i);
+  return out;
+}
+
+// The laws of nearest against round robin's plan of the same layouts: the same pieces; per
+// region, its senders are the nearest owners if those serve at most 2 ceil(T / g) targets each,
+// round robin's otherwise; and with the nearest owners, a target of higher rank never reads from
+// an owner of lower rank.
+std::string nearest_law(const layout& src, const layout& dst) {
+  const transfer_plan rr = plan(src, dst, replica_policy::round_robin);
+  const transfer_plan nr = plan(src, dst, replica_policy::nearest);
+  if (nr.transfers.size() != rr.transfers.size()) return "nearest: another number of transfers" + laws::in(rr);
+  for (std::size_t i = 0; i < rr.transfers.size(); ++i) {
+    const transfer &a = rr.transfers[i], &b = nr.transfers[i];
+    if (a.dst != b.dst || a.where != b.where || (a.src == a.dst) != (b.src == b.dst) ||
+        box_of(src, a.src) != box_of(src, b.src))
+      return "nearest: transfer " + laws::show(b) + " is not round robin's " + laws::show(a) +
+             " read from another replica" + laws::in(rr);
+  }
+  for (const region_reads& g : reads_by_region(nr)) {
+    const auto owners = static_cast<index_t>(g.owners.size());
+    const auto needs = static_cast<index_t>(g.reads.size());
+    if (owners < 2 || needs == 0) continue;
+    const index_t cap = 2 * ((needs + owners - 1) / owners);
+    std::map<index_t, index_t> near_load;
+    for (std::size_t i : g.reads) ++near_load[nearest_by_scan(g.owners, nr.transfers[i].dst, dst)];
+    bool fits = true;
+    for (const auto& [o, n] : near_load) fits = fits && n <= cap;
+    std::map<index_t, index_t> load;
+    index_t last_dst = -1, last_src = -1;
+    for (std::size_t i : g.reads) {
+      const transfer& x = nr.transfers[i];
+      ++load[x.src];
+      if (load[x.src] > cap)
+        return "nearest: rank " + std::to_string(x.src) + " serves more than " + std::to_string(cap) + " of the " +
+               std::to_string(needs) + " targets of its region" + laws::in(rr);
+      const index_t want = fits ? nearest_by_scan(g.owners, x.dst, dst) : rr.transfers[i].src;
+      if (x.src != want)
+        return "nearest: target " + std::to_string(x.dst) + " reads from " + std::to_string(x.src) + ", not " +
+               std::to_string(want) + (fits ? " (the nearest owner)" : " (round robin's: the nearest do not fit)") +
+               laws::in(rr);
+      if (fits && x.dst > last_dst && x.src < last_src)
+        return "nearest: target " + std::to_string(x.dst) + " reads from a lower owner than target " +
+               std::to_string(last_dst) + laws::in(rr);
+      if (x.dst > last_dst) last_dst = x.dst, last_src = x.src;
+    }
+  }
+  return {};
+}
+
+// Per region where every target has an owner of its own under round robin (T <= g), the
+// distinct senders to any contiguous run of target ranks: never more with nearest.
+std::string nearest_runs_read_fewer(const layout& src, const layout& dst) {
+  const transfer_plan rr = plan(src, dst, replica_policy::round_robin);
+  const transfer_plan nr = plan(src, dst, replica_policy::nearest);
+  for (const region_reads& g : reads_by_region(rr)) {
+    if (g.reads.size() > g.owners.size()) continue;
+    std::vector<index_t> targets;
+    for (std::size_t i : g.reads) targets.push_back(rr.transfers[i].dst);
+    std::sort(targets.begin(), targets.end());
+    for (std::size_t a = 0; a < targets.size(); ++a)
+      for (std::size_t b = a; b < targets.size(); ++b) {
+        std::set<index_t> by_rr, by_nr;
+        for (std::size_t i : g.reads)
+          if (rr.transfers[i].dst >= targets[a] && rr.transfers[i].dst <= targets[b]) {
+            by_rr.insert(rr.transfers[i].src);
+            by_nr.insert(nr.transfers[i].src);
+          }
+        if (by_nr.size() > by_rr.size())
+          return "nearest: targets " + std::to_string(targets[a]) + ".." + std::to_string(targets[b]) + " read from " +
+                 std::to_string(by_nr.size()) + " ranks, round robin " + std::to_string(by_rr.size()) + laws::in(rr);
+      }
+  }
+  return {};
+}
+
+}  // namespace
+
+RC_GTEST_PROP(RankPlan, NearestIsAMinimalPlan, (const layout_pair& lp)) {
+  const transfer_plan p = plan(lp.src, lp.dst, replica_policy::nearest);
+  RC_LAW(laws::exact_cover(p));
+  RC_LAW(laws::local_where_held(p));
+  RC_LAW(laws::cost_is_consistent(p, static_cast<index_t>(*verify::element_sizes())));
+}
+
+RC_GTEST_PROP(RankPlan, NearestOwnersWithinTwiceRoundRobin, (const layout_pair& lp)) {
+  RC_LAW(nearest_law(lp.src, lp.dst));
+}
+
+RC_GTEST_PROP(RankPlan, NearestRunsReadNoMoreRanks, (const layout_pair& lp)) {
+  RC_LAW(nearest_runs_read_fewer(lp.src, lp.dst));
+}
+
+// Source dev [4, 2] (the halves replicated on ranks 0, 2, 4, 6 and 1, 3, 5, 7) to 8 ranks that
+// take an eighth each: targets 1 and 3 read the first half, 4 and 6 the second, from the owner
+// nearest to each (ties: the lower), 0, 2, 3, 5, where round robin's turns give 4 and 6 the
+// owners 1 and 3: targets 4..7 then read ranks 1 and 3 beside their own.
+TEST(RankPlan, NearestReadsNeighbours) {
+  const layout src = mindspore_layout({4, 2}, {0}, {16});
+  const layout dst = mindspore_layout({8}, {0}, {16});
+  const transfer_plan p = plan(src, dst, replica_policy::nearest);
+  ASSERT_EQ(p.transfers.size(), 8u);
+  const index_t want[8] = {0, 0, 2, 2, 3, 5, 5, 7};
+  const transfer_plan rr = plan(src, dst, replica_policy::round_robin);
+  EXPECT_EQ(rr.transfers[4].src, 1);
+  EXPECT_EQ(rr.transfers[6].src, 3);
+  for (std::size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(p.transfers[i].dst, static_cast<index_t>(i));
+    EXPECT_EQ(p.transfers[i].src, want[i]) << "target " << i;
+  }
+  EXPECT_LAW(nearest_law(src, dst));
+}
+
+// Quarters replicated on ranks k and k + 4, to 4 ranks that each take the whole tensor: target 3
+// lacks quarter 0, whose owner 4 is nearer than 0, but 0 is a target rank (its file is read
+// anyway, as target 0's own) and 4 is not: every target reads from ranks 0..3 only.
+TEST(RankPlan, NearestPrefersOwnersThatAreTargets) {
+  const layout src = mindspore_layout({2, 4}, {0}, {8});
+  const layout dst = mindspore_layout({4}, {-1}, {8});
+  const transfer_plan p = plan(src, dst, replica_policy::nearest);
+  ASSERT_EQ(p.transfers.size(), 16u);
+  for (const transfer& x : p.transfers) EXPECT_LT(x.src, 4) << laws::show(x);
+  EXPECT_LAW(nearest_law(src, dst));
+}
+
+// Six targets beside four replicas 0..3 (ranks 4..9): the nearest, rank 3, would serve all six,
+// more than 2 ceil(6 / 4) = 4, so the replicas take turns as round robin's.
+TEST(RankPlan, NearestFallsBackToTurns) {
+  const layout src = mindspore_layout({4}, {-1}, {12});
+  layout dst = mindspore_layout({6}, {0}, {12});
+  dst.first_rank = 4;
+  const transfer_plan p = plan(src, dst, replica_policy::nearest);
+  EXPECT_EQ(p.transfers, plan(src, dst, replica_policy::round_robin).transfers);
+  EXPECT_LAW(nearest_law(src, dst));
+}
+
+TEST(RankPlan, LeastLoadedIsNoPerRankPolicy) {
+  const layout a = mindspore_layout({2}, {0}, {8});
+  EXPECT_THROW(rank_planner(a, a, partition::mode::tabulated, replica_policy::least_loaded), contract_violation);
 }
 
 // Cross-mesh gather: 4 ranks replicate the tensor, 6 others each take a slice; the 4 replicas

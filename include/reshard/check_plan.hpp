@@ -407,7 +407,8 @@ struct rank_list_check {
   std::vector<box> uncovered;        ///< the parts of the target box no listed rank holds, one per source region
   std::vector<index_t> superfluous;  ///< listed ranks that can all be dropped together, ascending
   std::vector<index_t> kept;         ///< the listed ranks that are not superfluous, ascending
-  std::vector<index_t> minimal;      ///< rank_list(src, dst, target): reshard's minimal list
+  std::vector<index_t> minimal;      ///< the senders of `target`'s part of plan(src, dst, policy):
+                                     ///< rank_list(src, dst, target) for round_robin
   bool is_minimal() const noexcept { return sufficient && superfluous.empty(); }
 };
 
@@ -415,8 +416,9 @@ struct rank_list_check {
 /// The regions of src that meet box_of(dst, target) must each have an owner in the list
 /// (sufficient; else `uncovered` holds each such region's part of the target box). A listed rank
 /// is superfluous when its region does not meet the target box, or when another listed rank is
-/// kept for its region: per region one owner is kept, the one rank_list picks if listed, else
-/// the first listed in `prefer`, else the lowest. So dropping every superfluous rank at once
+/// kept for its region: per region one owner is kept, the one `policy` picks (a per-rank policy:
+/// round_robin, rank_list's, or nearest) if listed, else the first listed in `prefer`, else the
+/// lowest. So dropping every superfluous rank at once
 /// leaves a list just as sufficient, with one rank per region it covers.
 //   @post r.sufficient == (every element of box_of(dst, target) lies in box_of(src, s) for some
 //         listed s)
@@ -425,12 +427,13 @@ struct rank_list_check {
 // @throws reshard::error for invalid layouts of different shapes, a target that is not a rank of
 //         dst, or a listed rank that is not a rank of src
 inline rank_list_check check_rank_list(const layout& src, const layout& dst, index_t target,
-                                       std::span<const index_t> ranks, std::span<const index_t> prefer = {}) {
+                                       std::span<const index_t> ranks, std::span<const index_t> prefer = {},
+                                       replica_policy policy = replica_policy::round_robin) {
   validate(src, "check_rank_list: source layout");
   validate(dst, "check_rank_list: target layout");
   detail::expect_same_shape(src, dst, "check_rank_list");
   detail::expect_rank(dst, target, "check_rank_list");
-  const rank_planner rp(src, dst, partition::mode::arithmetic);
+  const rank_planner rp(src, dst, partition::mode::arithmetic, policy);
   const partition& gs = rp.source();
   std::vector<index_t> listed(ranks.begin(), ranks.end());
   std::sort(listed.begin(), listed.end());
@@ -442,7 +445,7 @@ inline rank_list_check check_rank_list(const layout& src, const layout& dst, ind
   const auto is_listed = [&](index_t r) { return std::binary_search(listed.begin(), listed.end(), r); };
   rank_list_check out;
   std::vector<transfer> xs;
-  rp.receives(target, xs);  // per source region meeting the target box: its piece and rank_list's pick
+  rp.receives(target, xs);  // per source region meeting the target box: its piece and the policy's pick
   std::vector<index_t> buf;
   for (const transfer& x : xs) {
     out.minimal.push_back(x.src);

@@ -176,7 +176,7 @@ struct sender_trees {
 
 }  // namespace detail
 
-/// Which replica of a source region sends it to a target that lacks it. Both policies give
+/// Which replica of a source region sends it to a target that lacks it. All policies give
 /// minimal plans: the same pieces, every target covered exactly once, local copies where the
 /// target holds a piece, cross-rank bytes at the lower bound. They differ in who sends.
 enum class replica_policy : std::uint8_t {
@@ -191,27 +191,56 @@ enum class replica_policy : std::uint8_t {
   /// rank_planner).
   // @post the targets served by one owner of a region differ in count by at most one
   round_robin,
+  /// Each target reads a region it lacks from the owner of that region nearest to it in rank
+  /// (the lower on a tie), among the owners that are target ranks when there are any, so that
+  /// a contiguous run of targets, which read their own ranks' files, reads few other files: a
+  /// checkpoint transform split into runs of target ranks opens fewer distinct source files. Where that would have one owner of a region
+  /// serve more than twice round robin's most (2 ceil(T / g) of the T targets that need the
+  /// region from its g owners), the region is dealt round robin instead. Any rank can derive
+  /// its own part alone, as with round_robin (deciding a region costs O(T log g)).
+  // @post per region, the targets served by one owner <= 2 ceil(T / g)
+  // @post per region, every target reads from an owner at the least rank distance (the lower
+  //       of two) among the owners that are target ranks (all owners if none is), or the
+  //       region's senders are round_robin's
+  // @post per region with the nearest owners, the sender does not decrease as the target rank
+  //       grows: a contiguous run of targets reads from a contiguous run of the region's owners
+  nearest,
 };
 
-/// One layout pair prepared for the round-robin policy: any rank's part of
-/// plan(src, dst, replica_policy::round_robin), each derived without the others.
+/// One layout pair prepared for a per-rank replica policy (round_robin, the default, or
+/// nearest): any rank's part of plan(src, dst, policy), each derived without the others.
 ///
 /// Built tabulated (the default), it holds both partitions' tables and, per source region with
 /// several owners, its holders and the turns before each overlapping target region: O(ranks +
 /// region overlaps) to build, then O(pieces of the rank x log) per rank. Built arithmetic, it
 /// holds only slice bounds and counts turns per question: O(slices) to build, O(pieces x
-/// replicas) per rank. The answers are the same.
+/// replicas) per rank. The answers are the same. With nearest, the tabulated build also decides
+/// every region (O(region overlaps x replicas x log)); the arithmetic one decides a region per
+/// question.
 class rank_planner {
  public:
-  /// @pre src and dst are valid layouts of the same shape.
+  /// @pre src and dst are valid layouts of the same shape; policy is not least_loaded (a
+  ///      whole-plan policy: one rank's senders depend on all the others).
   constexpr rank_planner(const layout& src, const layout& dst,
-                         partition::mode m = partition::mode::tabulated)
-      : src_(src, m), dst_(dst, m) {
+                         partition::mode m = partition::mode::tabulated,
+                         replica_policy policy = replica_policy::round_robin)
+      : src_(src, m), dst_(dst, m), policy_(policy) {
+    RESHARD_EXPECTS(policy != replica_policy::least_loaded,
+                    "rank_planner: least_loaded is a whole-plan policy, not a per-rank one");
     if (m == partition::mode::tabulated) cache();
   }
 
   constexpr const partition& source() const { return src_; }
   constexpr const partition& target() const { return dst_; }
+  constexpr replica_policy policy() const { return policy_; }
+
+  /// Does region k's every target read it from its nearest owner (policy nearest, within the
+  /// bound), rather than in turns?
+  constexpr bool nearest_owners(index_t k) const {
+    if (policy_ != replica_policy::nearest || src_.replicas < 2) return false;
+    if (!near_.empty()) return near_[static_cast<std::size_t>(k)] != 0;
+    return nearest_fits(k);
+  }
 
   /// Appends the transfers target rank t receives (local copies included), in source-region
   /// order; nothing when t is not a target rank.
@@ -236,6 +265,15 @@ class rank_planner {
     {
       const std::span<const index_t> mine = src_.owners_of(k, buf);
       me = std::lower_bound(mine.begin(), mine.end(), s) - mine.begin();
+    }
+    if (nearest_owners(k)) {  // the targets to which s is the nearest owner of k
+      std::vector<index_t> obuf;
+      const std::span<const index_t> mine = src_.owners_of(k, obuf);
+      for_each_piece(dst_, src_.region_box(k), [&](index_t region, const box& b) {
+        for (index_t o : dst_.owners_of(region, buf))
+          if (!src_.holds(o, k) && mine[nearest_index(mine, o)] == s) out.push_back({s, o, b});
+      });
+      return;
     }
     const held_list held = holders(k, hbuf);
     const index_t count = dst_.replicas;
@@ -268,6 +306,8 @@ class rank_planner {
   using held_list = std::span<const std::pair<index_t, index_t>>;
 
   partition src_, dst_;
+  replica_policy policy_ = replica_policy::round_robin;
+  std::vector<index_t> near_;  // tabulated, nearest: per source region, 1 if nearest_fits
   // tabulated: per source region with several owners, CSR lists of
   //   its holders, the target ranks that hold it themselves, as sorted (target region, rank);
   //   the target regions overlapping it, ascending, with the turns taken before each.
@@ -302,6 +342,45 @@ class rank_planner {
       });
       turn_start_[k + 1] = static_cast<index_t>(turn_.size());
     }
+    if (policy_ == replica_policy::nearest) {
+      near_ = detail::filled<index_t>(regions, 0);
+      for (std::size_t k = 0; k < regions; ++k) near_[k] = nearest_fits(static_cast<index_t>(k)) ? 1 : 0;
+    }
+  }
+
+  // The position in `owners` (ascending) of the one nearest to rank t, the lower on a tie; of
+  // the owners that are target ranks, if any (their own data is read anyway where each target
+  // reads its rank's source: a checkpoint's base files).
+  constexpr std::size_t nearest_index(std::span<const index_t> owners, index_t t) const {
+    auto first = std::lower_bound(owners.begin(), owners.end(), dst_.first_rank);
+    auto last = std::lower_bound(first, owners.end(), dst_.first_rank + dst_.ranks);
+    if (first == last) first = owners.begin(), last = owners.end();
+    const auto it = std::lower_bound(first, last, t);
+    auto i = static_cast<std::size_t>(it - owners.begin());
+    if (it == last) return i - 1;
+    if (it != first && t - owners[i - 1] <= owners[i] - t) return i - 1;
+    return i;
+  }
+
+  // Whether every target that needs source region k can read it from its nearest owner with no
+  // owner serving more than 2 ceil(T / g) of the T such targets (g owners).
+  constexpr bool nearest_fits(index_t k) const {
+    std::vector<index_t> obuf, tbuf;
+    const std::span<const index_t> owners = src_.owners_of(k, obuf);
+    const auto g = static_cast<index_t>(owners.size());
+    std::vector<index_t> load = detail::filled<index_t>(owners.size(), 0);
+    index_t needs = 0;
+    for_each_piece(dst_, src_.region_box(k), [&](index_t region, const box&) {
+      for (index_t o : dst_.owners_of(region, tbuf)) {
+        if (src_.holds(o, k)) continue;
+        ++needs;
+        ++load[nearest_index(owners, o)];
+      }
+    });
+    const index_t cap = 2 * ((needs + g - 1) / g);
+    for (index_t l : load)
+      if (l > cap) return false;
+    return true;
   }
 
   // The holders of source region k: cached, or listed into `buf`.
@@ -331,6 +410,10 @@ class rank_planner {
     const index_t g = src_.replicas;
     RESHARD_EXPECTS(g > 0, "rank_planner: a source region without owners");
     if (g == 1) return src_.owners_of(k, buf)[0];
+    if (nearest_owners(k)) {
+      const std::span<const index_t> owners = src_.owners_of(k, buf);
+      return owners[nearest_index(owners, t)];
+    }
     std::vector<std::pair<index_t, index_t>> hbuf;
     const held_list held = holders(k, hbuf);
     const index_t mine = dst_.region_of(t);
@@ -368,8 +451,8 @@ constexpr transfer_plan plan(const layout& src, const layout& dst,
   validate(dst, "plan: target layout");
   detail::expect_same_shape(src, dst, "plan");
   transfer_plan p{src, dst, {}};
-  if (policy == replica_policy::round_robin) {
-    const rank_planner rp(src, dst);
+  if (policy != replica_policy::least_loaded) {  // per rank: round_robin, nearest
+    const rank_planner rp(src, dst, partition::mode::tabulated, policy);
     for (index_t r = 0; r < rp.target().ranks; ++r) rp.receives(rp.target().first_rank + r, p.transfers);
     return p;
   }

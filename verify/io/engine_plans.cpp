@@ -5,7 +5,8 @@
 // stages on either side, any M and N) are written as real files whose every element says which
 // source file it was read from: element g of a parameter in the file of source rank r holds
 // (r << 32) | g, so replicas differ. After transform_checkpoints, each output tensor must equal,
-// byte for byte, `convert` of the parameter's round-robin plan applied to those shards: the
+// byte for byte, `convert` of the parameter's plan (transform_replica_policy: each replicated slice
+// from the source rank nearest the target) applied to those shards: the
 // engine read exactly the plan's transfers, from exactly the plan's senders, and put them where
 // the plan says. transform_checkpoint_by_rank of one target, given only the files
 // rank_list_for_transform names, must write the same file, and load_checkpoint_by_rank must fill
@@ -263,10 +264,11 @@ std::vector<std::byte> content(const tensor_ref& e) {
   return out;
 }
 
-// What target rank t's tensor of p must be: convert of the round-robin plan, on the tagged shards.
+// What target rank t's tensor of p must be: convert of the plan of the transform's replica policy,
+// on the tagged shards.
 std::vector<std::byte> expected(const scenario& s, const param& p, index_t t) {
   const layout a = src_layout(p), b = dst_layout(s, p);
-  const reshard::transfer_plan plan = reshard::plan(a, b, reshard::replica_policy::round_robin);
+  const reshard::transfer_plan plan = reshard::plan(a, b, reshard::io::transform_replica_policy);
   std::vector<std::vector<std::byte>> src(static_cast<std::size_t>(reshard::num_ranks(a)));
   std::vector<const std::byte*> sp;
   for (index_t k = 0; k < reshard::num_ranks(a); ++k) {
@@ -318,7 +320,7 @@ bool gets(const scenario& s, const param& p, index_t t) {
 
 }  // namespace
 
-RC_GTEST_PROP(engine_plans, outputs_are_convert_of_the_round_robin_plan, ()) {
+RC_GTEST_PROP(engine_plans, outputs_are_convert_of_the_parameter_plans, ()) {
   const scenario s = gen_scenario();
   reshard_test::temp_dir dir;
   write(dir.path(), s);

@@ -5,7 +5,8 @@
 # checkpoint to 4 ranks, in ckpt and safetensors, the files of K = 2, 3 (and 5 > N) processes are byte for byte those of one process;
 # into a DCP checkpoint (--format dcp) 2 processes are refused (its .metadata lists every rank's chunks).
 # Then: each process opens only the source files its targets need (process 0 too), its targets a
-# contiguous run of ranks; a bad source file that only
+# contiguous run of ranks; a missing rank directory that no target reads (each process checks
+# only its share) is refused as one process refuses it; a bad source file that only
 # one process reads, an unwritable target of one process and an existing output each fail the
 # whole run with the message printed once and nothing written; a process killed after its first
 # file fails the job and leaves no output under a final name.
@@ -185,6 +186,60 @@ else
       "exit code $rc, printed $n times" "stdout: $out" "stderr: $err" "$(find "$bad/out" 2>/dev/null || true)"
   fi
 fi
+
+# a missing rank directory that no target reads: each process checks only its share of the rank
+# directories (not all M), yet K processes refuse it as one process does: exit 1, the message
+# once, nothing written. bench/scale_ranks.py's checkpoint at 16 -> 12 ranks: the targets read
+# source ranks 0..11 (each slice from the nearest replica), so 12..15 are read by none
+g=$tmp/gone
+"$PY" - "$SRC" "$g" <<'PYEOF'
+import os, sys
+sys.path[:0] = [os.path.join(sys.argv[1], "bench"), os.path.join(sys.argv[1], "verify", "python")]
+import ms_proto, scale_ranks as s
+mods, params = ms_proto.load(), s.model(24)  # hidden 24: every dim splits 8 and 12 ways
+fulls, d = s.full_tensors(params), sys.argv[2]
+os.makedirs(d)
+s.generate(d + "/src", s.class_files(mods, params, fulls, 16, s.SRC_TP), 16, s.SRC_TP)
+s.write_strategy(d + "/src.ckpt", mods, params, 16, s.SRC_TP)
+s.write_strategy(d + "/dst.ckpt", mods, params, 12, s.DST_TP)
+PYEOF
+gs=(--src-strategy "$g/src.ckpt" --dst-strategy "$g/dst.ckpt")
+saved=("${strategies[@]}")
+strategies=("${gs[@]}")  # for needed
+read_by_some=$(needed 0 1 2 3 4 5 6 7 8 9 10 11)
+if [[ $read_by_some != "0 1 2 3 4 5 6 7 8 9 10 11" ]]; then
+  fail "16 -> 12: the targets read source ranks 0..11" "rank-list: $read_by_some"
+fi
+for r in 12 15; do
+  mv "$g/src/rank_$r" "$g/away"
+  run transform --src-dir "$g/src" --dst-dir "$g/one" "${gs[@]}"
+  msg="rank_$r: missing rank directory"
+  if [[ $rc -eq 1 && $err == *"$msg"* && ! -e $g/one ]]; then pass; else
+    fail "rank_$r missing, one process: exit 1 naming it" "exit code $rc" "stderr: $err"
+  fi
+  for k in 2 3; do
+    mrun "$k" transform --src-dir "$g/src" --dst-dir "$g/n$k" "${gs[@]}"
+    n=$(grep -c "$msg" <<<"$err" || true)
+    if [[ $rc -eq 1 && -z $out && $n -eq 1 && ! -e $g/n$k ]]; then pass; else
+      fail "rank_$r (read by no target) missing, $k processes: exit 1, said once, nothing written" \
+        "exit code $rc, said $n times" "stdout: $out" "stderr: $err"
+    fi
+  done
+  mv "$g/away" "$g/src/rank_$r"
+done
+# 2 processes open the files their targets need, rank-list's, the two runs sharing only the files
+# at their border: 12 for one process, 14 for two (targets 0..5 and 6..11 both read ranks 4, 5)
+mrun 2 transform --src-dir "$g/src" --dst-dir "$g/n2" "${gs[@]}" --json
+j2=$out
+mrun 1 transform --src-dir "$g/src" --dst-dir "$g/n1" "${gs[@]}" --json
+if [[ $rc -eq 0 ]] && "$PY" -c "
+import json, sys
+two, one = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+ok = one['source_files'] == 12 and two['processes'] == [list(range(6)), list(range(6, 12))]
+sys.exit(0 if ok and two['source_files'] == int(sys.argv[3]) + int(sys.argv[4]) == 14 else 1)" "$j2" "$out" \
+  "$(needed 0 1 2 3 4 5 | wc -w)" "$(needed 6 7 8 9 10 11 | wc -w)"; then
+  pass; else fail "16 -> 12: 12 source files for one process, 14 for two (rank-list's of each run)" "two: $j2" "one: $out"; fi
+strategies=("${saved[@]}")
 
 # a target that process 1 cannot write (its directory is a file): the files process 0 wrote are
 # removed, not renamed into place

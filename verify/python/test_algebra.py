@@ -258,7 +258,7 @@ def test_split_then_merge_is_identity(ls, seed):
     np.testing.assert_array_equal(reshard.merge(shards, l), full)
 
 
-@given(st.data(), st.sampled_from(["least_loaded", "round_robin"]), st.sampled_from([np.int8, np.float32, np.float64]))
+@given(st.data(), st.sampled_from(["least_loaded", "round_robin", "nearest"]), st.sampled_from([np.int8, np.float32, np.float64]))
 def test_convert_matches_numpy_slicing(data, policy, dtype):
     src, shape = data.draw(layouts())
     dst, _ = data.draw(layouts(shape=shape))

@@ -726,10 +726,12 @@ inline transform_job dcp_job(std::string op, const std::filesystem::path& dir, c
 
 // The files of src_dir/rank_<r> for r in [0, ranks): every rank directory must exist. With
 // `only`, the files of those ranks alone are looked up (a directory listing each); the other
-// rank directories are only checked to exist (one stat each).
+// rank directories are only checked to exist (one stat each), those in [check.first,
+// check.second) (a worker's share of the check, when workers split it; all by default).
 inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem::path& src_dir, index_t ranks,
                                                            const std::string& op, std::vector<std::string>& warnings,
-                                                           const std::set<index_t>* only = nullptr) {
+                                                           const std::set<index_t>* only = nullptr,
+                                                           std::pair<index_t, index_t> check = {0, reshard::detail::max_ranks}) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(src_dir, ec))
@@ -748,7 +750,7 @@ inline std::map<index_t, std::filesystem::path> rank_files(const std::filesystem
     };
     if (!only || only->count(r))
       out.emplace(r, rank_file(d, op, missing));
-    else if (!fs::is_directory(d, ec))
+    else if (r >= check.first && r < check.second && !fs::is_directory(d, ec))
       missing();
   }
   if (fs::is_directory(src_dir / ("rank_" + std::to_string(ranks)), ec))

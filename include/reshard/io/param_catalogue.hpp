@@ -8,7 +8,8 @@
 //   * listed in the source strategy: sliced by the target strategy's layout for t's stage (a
 //     parameter that the target strategy lists only for other stages is not written to t); the
 //     data come from the source strategy's lowest stage that lists it, by the transfers to t of
-//     the round-robin plan (rank_planner, plan.hpp: the core's planner and replica policy). A
+//     the plan of transform_replica_policy (rank_planner, plan.hpp: the core's planner; each
+//     target reads a replicated slice from the source rank nearest to it). A
 //     parameter the target strategy does not list at all (or no target strategy) is written
 //     whole: its target layout is the whole tensor on each target rank;
 //   * not listed in the source strategy (learning_rate, global_step, ...): taken from source
@@ -433,10 +434,10 @@ class parameter_catalogue {
         d.stage = e.stage;
         d.dst = to_layout(e.stored, p.shape, e.stage, who_dst(p.name));
         d.part = partition(d.dst, partition::mode::arithmetic);
-        if (p.src) d.planner.emplace(*p.src, d.dst);
+        if (p.src) d.planner.emplace(*p.src, d.dst, partition::mode::tabulated, transform_replica_policy);
       }
     } else if (p.src) {
-      p.whole.emplace(*p.src, whole_on_targets(p.shape, N_));
+      p.whole.emplace(*p.src, whole_on_targets(p.shape, N_), partition::mode::tabulated, transform_replica_policy);
     }
     p.resolved = true;
   }
@@ -538,8 +539,8 @@ class parameter_catalogue {
   }
 
   // The pieces of target t's box of a sliced item: (source rank, piece box, source rank's box).
-  // The transfers to t of the parameter's plan (the one planner, the one replica policy:
-  // rank_planner), as pieces. A planned sender whose file was not given (by-rank transforms
+  // The transfers to t of the parameter's plan (the one planner, rank_planner, with the one
+  // replica policy, transform_replica_policy), as pieces. A planned sender whose file was not given (by-rank transforms
   // given other files than rank_list_for_transform names) is replaced by the lowest owner of the
   // same region whose file was given: the same bytes.
   std::vector<piece> pieces_of(const out_item& it, index_t t, const box& tb) {

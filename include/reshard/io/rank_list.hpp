@@ -113,7 +113,7 @@ inline std::set<index_t> needed_sources(std::span<const std::int64_t> ranks, con
   for_each_parameter_layouts(ranks, src, dst,
                              [&](const std::string&, std::uint32_t, const layout& sl, const layout& tl,
                                  std::span<const std::int64_t> mine) {
-                               const rank_planner rp(sl, tl, m);
+                               const rank_planner rp(sl, tl, m, transform_replica_policy);
                                for (std::int64_t t : mine) {
                                  xs.clear();
                                  rp.receives(t, xs);
@@ -204,7 +204,7 @@ inline transform_rank_list_check check_rank_list_for_transform(std::int64_t rank
           of_stage.clear();
           for (index_t r : list)
             if (r >= sl.first_rank && r < sl.first_rank + num_ranks(sl)) of_stage.push_back(r);
-          f(name, check_rank_list(sl, tl, rank, of_stage, out.minimal), tl);
+          f(name, check_rank_list(sl, tl, rank, of_stage, out.minimal, transform_replica_policy), tl);
         });
   };
   std::set<index_t> kept;

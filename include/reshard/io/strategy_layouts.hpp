@@ -9,6 +9,7 @@
 #include <reshard/box.hpp>
 #include <reshard/error.hpp>
 #include <reshard/layout.hpp>
+#include <reshard/plan.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/strategy.hpp>
 
@@ -36,6 +37,12 @@
 #include <vector>
 
 namespace reshard::io {
+
+/// The replica policy of checkpoint transforms (the parameter catalogue's planners and
+/// rank_list_for_transform): a target reads a replicated slice from the source rank nearest to
+/// it (of those below N, whose files are base files, if any holds it), so that a run of target ranks (a process's part under MPI) opens few files beyond its own
+/// ranks'; the load per source file stays within twice round robin's (plan.hpp).
+inline constexpr replica_policy transform_replica_policy = replica_policy::nearest;
 
 // ---------------------------------------------------------------------------------------------
 // strategies as layouts

@@ -37,10 +37,12 @@ namespace detail {
 // The transform_job of the targets `targets` (ranks of `dst`; their paths may be empty for a
 // preview), from a DCP checkpoint or a strategy's rank files. With a strategy, the shapes are
 // taken first from the source files these targets read (needed_sources), so that the job opens
-// only those (and the targets' base files).
+// only those (and the targets' base files). Of the rank directories the targets do not read,
+// share `check` is checked to exist (rank_files): with check = {i, k}, the i-th of k equal runs
+// of the source ranks; {0, 1} (the default) all of them, {0, 0} none.
 inline transform_job job_for_targets(const std::filesystem::path& src_dir, const std::filesystem::path& src_strategy,
                                      strategy_layouts dst, std::vector<transform_target> targets,
-                                     const transform_options& opts) {
+                                     const transform_options& opts, std::pair<index_t, index_t> check = {0, 1}) {
   const std::string op = "transform_checkpoints";
   if (is_dcp_directory(src_dir))  // its chunks are its layout: no strategy, no shape hint
     return detail::dcp_job(op, src_dir, src_strategy, std::move(dst), std::move(targets), opts);
@@ -56,10 +58,14 @@ inline transform_job job_for_targets(const std::filesystem::path& src_dir, const
   } catch (const reshard::error&) {
     // a hint only: the engine reports what is wrong with the strategies
   }
-  // the files of the ranks these targets read (every rank directory checked to exist): the
-  // senders the engine plans are those ranks (needed_sources), so the plan is the same
+  // the files of the ranks these targets read (the rank directories of `check` checked to
+  // exist): the senders the engine plans are those ranks (needed_sources), so the plan is the same
   std::vector<std::string> warnings;
-  auto files = detail::rank_files(src_dir, src.ranks(), op, warnings, hinted ? &hint : nullptr);
+  const index_t M = src.ranks();
+  const std::pair<index_t, index_t> dirs =
+      check.second > 0 ? std::pair<index_t, index_t>{M * check.first / check.second, M * (check.first + 1) / check.second}
+                       : std::pair<index_t, index_t>{0, 0};
+  auto files = detail::rank_files(src_dir, M, op, warnings, hinted ? &hint : nullptr, dirs);
   transform_job job(std::move(src), std::move(dst), std::move(files), std::move(targets), opts, op,
                     std::move(warnings));
   job.set_shape_hint(std::move(hint));
@@ -67,18 +73,20 @@ inline transform_job job_for_targets(const std::filesystem::path& src_dir, const
 }
 
 // The tensor bytes each of the target ranks `ranks` gets: the preview of their plan (the
-// indexes of the source files they need; no tensor data).
+// indexes of the source files they need; no tensor data). `check`: the share of the rank
+// directories they do not read that is checked to exist (job_for_targets).
 inline std::vector<std::uint64_t> preview_target_bytes(const std::filesystem::path& src_dir,
                                                        const std::filesystem::path& src_strategy,
                                                        const strategy_layouts& dst, std::span<const index_t> ranks,
-                                                       const transform_options& opts) {
+                                                       const transform_options& opts,
+                                                       std::pair<index_t, index_t> check = {0, 1}) {
   transform_options o = opts;
   o.progress = nullptr;
   o.manifest.clear();
   o.max_memory = 0;  // sizing only: no jobs are fitted
   std::vector<transform_target> targets;
   for (index_t t : ranks) targets.push_back({t, {}});
-  transform_job e = job_for_targets(src_dir, src_strategy, dst, std::move(targets), o);
+  transform_job e = job_for_targets(src_dir, src_strategy, dst, std::move(targets), o, check);
   e.preview();
   std::vector<std::uint64_t> out;
   for (const auto& t : e.plan().targets) out.push_back(totals_of(t).bytes_written);
@@ -106,7 +114,8 @@ inline std::vector<std::uint64_t> transform_target_bytes(const std::filesystem::
 /// indexes of the few source files those read). Exact when the ranks of a stage get equal
 /// slices (every dimension split evenly) and the same unlisted parameters, as a strategy's do;
 /// otherwise within the difference of a stage's slices. `opts`: its names and casts (which
-/// change what a target gets) are applied.
+/// change what a target gets) are applied. Of the rank directories, only those the first targets
+/// read are looked at (the workers' jobs check the others).
 inline std::vector<std::uint64_t> transform_stage_bytes(const std::filesystem::path& src_dir,
                                                         const std::filesystem::path& src_strategy,
                                                         const std::filesystem::path& dst_strategy,
@@ -114,7 +123,7 @@ inline std::vector<std::uint64_t> transform_stage_bytes(const std::filesystem::p
   strategy_layouts dst(dst_strategy);
   std::vector<index_t> firsts;  // the first rank of each stage
   for (index_t t = 0; t < dst.ranks(); t += dst.stage_ranks()) firsts.push_back(t);
-  const auto sizes = detail::preview_target_bytes(src_dir, src_strategy, dst, firsts, opts);
+  const auto sizes = detail::preview_target_bytes(src_dir, src_strategy, dst, firsts, opts, {0, 0});
   std::vector<std::uint64_t> out(static_cast<std::size_t>(dst.ranks()));
   for (index_t t = 0; t < dst.ranks(); ++t) out[static_cast<std::size_t>(t)] = sizes[static_cast<std::size_t>(dst.stage_of(t))];
   return out;
@@ -122,10 +131,14 @@ inline std::vector<std::uint64_t> transform_stage_bytes(const std::filesystem::p
 
 /// The transform_job of transform_checkpoints_for_ranks, not yet run: for callers that step it
 /// (check, stage, commit) in agreement with other workers (reshard/mpi/transform.hpp).
+/// `check` = {i, k}: of the source rank directories its targets do not read, it checks that the
+/// i-th of k equal runs of ranks exist ({0, 1}, the default: all; workers that agree on failures
+/// split the check, worker i of k taking {i, k}).
 inline transform_job transform_job_for_ranks(const std::filesystem::path& src_dir, const std::filesystem::path& dst_dir,
                                              std::string_view prefix, const std::filesystem::path& src_strategy,
                                              const std::filesystem::path& dst_strategy,
-                                             std::span<const std::int64_t> ranks, const transform_options& opts = {}) {
+                                             std::span<const std::int64_t> ranks, const transform_options& opts = {},
+                                             std::pair<index_t, index_t> check = {0, 1}) {
   const std::string op = "transform_checkpoints";
   strategy_layouts dst(dst_strategy);
   std::set<index_t> seen;
@@ -136,7 +149,7 @@ inline transform_job transform_job_for_ranks(const std::filesystem::path& src_di
     // a DCP checkpoint: one directory, all ranks (the engine refuses some of them)
     targets.push_back({t, opts.format == checkpoint_format::dcp ? dst_dir : rank_checkpoint_path(dst_dir, prefix, t, opts.format)});
   }
-  return detail::job_for_targets(src_dir, src_strategy, std::move(dst), std::move(targets), opts);
+  return detail::job_for_targets(src_dir, src_strategy, std::move(dst), std::move(targets), opts, check);
 }
 
 /// transform_checkpoints for the target ranks `ranks` only: writes

@@ -7,7 +7,9 @@
 // does (io::balance_targets: contiguous runs of target ranks, balanced by bytes), and plans,
 // checks and writes its own run (io::transform_job_for_ranks), opening only the source files its
 // targets read: no process reads every source's index, and neighbouring targets, which read
-// neighbouring sources, share a process. A target's plan does not depend on the other targets
+// neighbouring sources (io::transform_replica_policy: a replicated slice from the source rank
+// nearest the target), share a process. Of the source rank directories no target of a process
+// reads, each process checks its share exist (1/K of them, not all M). A target's plan does not depend on the other targets
 // planned beside it, so the files are byte for byte those of the one-process
 // io::transform_checkpoints.
 //
@@ -389,7 +391,12 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
     s.shares = io::balance_targets(sizes, static_cast<std::size_t>(size));
     const std::vector<std::int64_t>& mine = s.shares[static_cast<std::size_t>(me)];
     if (!mine.empty()) {
-      job.emplace(io::transform_job_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, mine, o));
+      // the source rank directories its targets do not read: each process with targets checks
+      // its share of them exist (a missing one fails all, as it fails one process), not all M
+      std::pair<index_t, index_t> check{0, 0};  // (this process among those with targets, their number)
+      for (int p = 0; p < size; ++p)
+        if (!s.shares[static_cast<std::size_t>(p)].empty()) check.first += p < me ? 1 : 0, ++check.second;
+      job.emplace(io::transform_job_for_ranks(src_dir, dst_dir, prefix, src_strategy, dst_strategy, mine, o, check));
       job->check();
       counts[0] = job->plan().targets.size();
       counts[1] = job->plan().bytes_written;
