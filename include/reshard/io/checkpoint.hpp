@@ -227,7 +227,7 @@ class checkpoint_reader {
       mtime_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
     }
     if (hf_) file_size_ = hf_->file_size();
-    release_all();  // indexing touched the headers only; start from nothing resident
+    if (!ckpt_ || !ckpt_->untouched()) release_all();  // indexing touched the headers only; start from nothing resident
   }
 
   const std::filesystem::path& path() const noexcept { return path_ref(); }
