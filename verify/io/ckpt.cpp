@@ -374,6 +374,60 @@ RC_GTEST_PROP(ckpt_roundtrip, read_of_write_is_identity, ()) {
   }
 }
 
+// A file of at most ckpt_file::index_copy_bytes is indexed from a copy read by pread, its spans
+// then moved onto the mapping (which indexing leaves untouched); a larger one from the mapping.
+// Either way the index is index_ckpt's of the file's bytes: the same entries, each piece and
+// serialized Value at the same offset, inside the mapping, and the same contents.
+RC_GTEST_PROP(ckpt_file, small_files_are_indexed_from_a_copy_as_from_the_mapping, ()) {
+  auto tensors = random_tensors();
+  const bool large = *rc::gen::arbitrary<bool>();
+  if (large) {  // a tensor that takes the file over the bound
+    tensor_case big;
+    big.name = "big" + std::string(1, '\0') + std::to_string(tensors.size());
+    big.type = dtype::uint8;
+    big.dims = {static_cast<std::int64_t>(ckpt_file::index_copy_bytes)};
+    big.content.assign(static_cast<std::size_t>(ckpt_file::index_copy_bytes), std::byte{7});
+    for (const auto& t : tensors)
+      if (t.name == big.name) big.name += "x";  // (the others were made unique before)
+    tensors.push_back(std::move(big));
+  }
+  // (a large file in pieces of at least 4 KiB: not a Value per byte of the big tensor)
+  const std::uint64_t chunk = large ? *rc::gen::inRange<std::uint64_t>(4096, 65536) : *rc::gen::inRange<std::uint64_t>(1, 65);
+  const ckpt_write_options opts{.crc = *rc::gen::arbitrary<bool>(), .chunk_bytes = chunk};
+  temp_dir dir;
+  {
+    ckpt_writer w(dir / "r.ckpt", opts);
+    for (const auto& t : tensors) w.write(t.name, t.type, t.dims, t.content);
+    w.commit();
+  }
+  const std::vector<std::byte> bytes = read_bytes(dir / "r.ckpt");
+  const ckpt_index want = index_ckpt(bytes, "mem");
+  const ckpt_file f(dir / "r.ckpt");
+  RC_ASSERT(f.untouched() == (bytes.size() <= ckpt_file::index_copy_bytes));
+  RC_ASSERT(f.untouched() == !large);
+  RC_ASSERT(f.has_crc() == want.crc);
+  RC_ASSERT(f.entries().size() == want.entries.size());
+  const std::byte* base = f.bytes().data();
+  const auto same_place = [&](std::span<const std::byte> got, std::span<const std::byte> in_bytes) {
+    RC_ASSERT(got.size() == in_bytes.size());
+    RC_ASSERT(got.data() >= base);
+    RC_ASSERT(got.data() + got.size() <= base + f.bytes().size());
+    RC_ASSERT(got.data() - base == in_bytes.data() - bytes.data());
+  };
+  for (std::size_t i = 0; i < want.entries.size(); ++i) {
+    const ckpt_entry& e = f.entries()[i];
+    const ckpt_entry& w = want.entries[i];
+    RC_ASSERT(e.name == w.name);
+    RC_ASSERT(e.type == w.type);
+    RC_ASSERT(e.dims == w.dims);
+    RC_ASSERT(e.pieces.size() == w.pieces.size());
+    RC_ASSERT(e.values.size() == w.values.size());
+    for (std::size_t k = 0; k < e.pieces.size(); ++k) same_place(e.pieces[k], w.pieces[k]);
+    for (std::size_t k = 0; k < e.values.size(); ++k) same_place(e.values[k], w.values[k]);
+    RC_ASSERT(gather(e) == gather(w));
+  }
+}
+
 RC_GTEST_PROP(ckpt_roundtrip, raw_copy_is_byte_identical, ()) {
   const auto tensors = random_tensors();
   const auto chunk = *rc::gen::inRange<std::uint64_t>(1, 33);

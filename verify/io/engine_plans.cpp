@@ -798,8 +798,9 @@ std::vector<std::vector<std::vector<std::byte>>> execute_in_groups(const checkpo
                                                                    std::uint64_t buffer, read_mode mode,
                                                                    const std::vector<std::vector<std::size_t>>& groups,
                                                                    std::uint64_t& file_bytes, std::uint64_t& needed,
-                                                                   unsigned threads = 1) {
+                                                                   unsigned threads = 1, bool whole = true) {
   plan_executor run(pl, sources, {1, buffer}, mode, "test");
+  run.read_small_files_whole(whole);
   std::vector<std::vector<std::vector<std::byte>>> out(pl.targets.size());
   file_bytes = needed = 0;
   for (const auto& group : groups) {
@@ -879,7 +880,10 @@ RC_GTEST_PROP(engine_plans, read_groups_write_what_targets_alone_write, ()) {
 // The case read groups are for: 4 row blocks read as a 2x4 grid. Alone, each of the 4 targets of
 // a row of the grid reads its two files' rows whole (it needs a quarter of every row, and one
 // read of a range is cheaper than a read per row); together they read each row once: 1.00 of
-// the bytes needed, against 4x.
+// the bytes needed, against 4x. The files here are small (4 KiB each): by default they are read
+// whole, once per group (plan_executor::read_small_files_whole), so a group reads each of its
+// files once and alone each target reads them again; the rows are read range by range when
+// files are not read whole.
 TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
   scenario s;
   s.src.dev = {4};
@@ -902,16 +906,48 @@ TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
   ASSERT_EQ(groups, (std::vector<std::vector<std::size_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
   std::vector<std::vector<std::size_t>> alone;
   for (std::size_t i = 0; i < pl.targets.size(); ++i) alone.push_back({i});
+  const std::uint64_t w = 8 * 256 * 8;  // the tensor's bytes (int64)
+  std::uint64_t raw = 0;                // global_step, copied as stored by every target
+  for (const auto& t : pl.targets)
+    for (const auto& it : t.items) raw += it.raw ? it.source_bytes : 0;
+  EXPECT_EQ(raw, 8 * 8);
+  // the sizes of the files the targets of `gs` read, each once per group
+  const auto whole_files_of = [&](const std::vector<std::vector<std::size_t>>& gs) {
+    std::uint64_t n = 0;
+    for (const auto& g : gs)
+      for (index_t r : ranks_read(pl.targets[g.front()])) n += sources.at(r)->file_size();
+    return n;
+  };
+  std::uint64_t ranges_alone = 0;  // what the targets alone read range by range
+  {  // files read range by range
+    std::uint64_t file_alone = 0, file_grouped = 0, need_alone = 0, need_grouped = 0;
+    const auto by_one = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, alone, file_alone, need_alone, 1, false);
+    const auto together =
+        execute_in_groups(pl, sources, 4 << 20, read_mode::pread, groups, file_grouped, need_grouped, 2, false);
+    EXPECT_EQ(together, by_one);
+    EXPECT_EQ(need_grouped, w + raw);
+    EXPECT_EQ(file_grouped, need_grouped);
+    EXPECT_GT(file_alone, 2 * w);  // each target read its rows whole (all but the last row's tail)
+    ranges_alone = file_alone;
+  }
+  // small files read whole (the default): a group reads each of its files once, in one pread; its
+  // rounds copy the rows from there. Alone, every target reads its two files: 4 times the bytes.
   std::uint64_t file_alone = 0, file_grouped = 0, need_alone = 0, need_grouped = 0;
   const auto by_one = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, alone, file_alone, need_alone);
   const auto together = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, groups, file_grouped, need_grouped, 2);
   EXPECT_EQ(together, by_one);
-  const std::uint64_t w = 8 * 256 * 8;  // the tensor's bytes (int64)
-  EXPECT_EQ(need_grouped, w + 8 * 8);   // and global_step's, once per target
-  EXPECT_EQ(file_grouped, need_grouped);
-  EXPECT_GT(file_alone, 2 * w);  // each target read its rows whole (all but the last row's tail)
+  EXPECT_EQ(need_grouped, w + raw);
+  EXPECT_EQ(file_grouped, whole_files_of(groups) + raw);
+  EXPECT_EQ(file_alone, whole_files_of(alone) + raw);
+  EXPECT_EQ(file_alone - raw, 4 * (file_grouped - raw));
+  EXPECT_GT(file_grouped, w);  // the files' headers and global_step too
   // and transform_checkpoints (two jobs, no memory budget) reads as the groups do
   const transform_summary run = transform_checkpoints(dir / "src", dir / "run", "c_", dir / "src_strategy.ckpt",
                                                       dir / "dst_strategy.ckpt", {.jobs = 2, .sync = false});
-  EXPECT_EQ(run.file_bytes_read, run.bytes_read);
+  EXPECT_EQ(run.file_bytes_read, file_grouped);
+  // under a memory budget (no read groups, no files read whole) each target reads the ranges it needs
+  const transform_summary budget =
+      transform_checkpoints(dir / "src", dir / "budget", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
+                            {.jobs = 1, .sync = false, .max_memory = std::uint64_t{1} << 40});
+  EXPECT_EQ(budget.file_bytes_read, ranges_alone);
 }

@@ -211,8 +211,10 @@ class checkpoint_reader {
       for (const auto& e : st_->entries()) entries_.push_back({e.name, false, e.type, e.shape, {e.data}, nullptr, {}});
       st_bytes_ = data_section_st();
     }
-    by_name_.reserve(entries_.size());
-    for (std::size_t i = 0; i < entries_.size(); ++i) by_name_.emplace(entries_[i].name, i);
+    if (!ckpt_) {  // a ckpt file's entries are found through ckpt_file's table (the same order)
+      by_name_.reserve(entries_.size());
+      for (std::size_t i = 0; i < entries_.size(); ++i) by_name_.emplace(entries_[i].name, i);
+    }
     // the size, the modification time and the file's identity: of a ckpt file what fstat said
     // when it was opened to be mapped, of the others one stat
     struct ::stat st {};
@@ -227,7 +229,7 @@ class checkpoint_reader {
       mtime_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
     }
     if (hf_) file_size_ = hf_->file_size();
-    release_all();  // indexing touched the headers only; start from nothing resident
+    if (!ckpt_ || !ckpt_->untouched()) release_all();  // indexing touched the headers only; start from nothing resident
   }
 
   const std::filesystem::path& path() const noexcept { return path_ref(); }
@@ -250,6 +252,10 @@ class checkpoint_reader {
 
   /// The (first) entry named `name`, or null.
   const tensor_ref* find(std::string_view name) const {
+    if (ckpt_) {
+      const ckpt_entry* e = ckpt_->find(name);
+      return e ? &entries_[static_cast<std::size_t>(e - ckpt_->entries().data())] : nullptr;
+    }
     auto it = by_name_.find(name);
     return it == by_name_.end() ? nullptr : &entries_[it->second];
   }
@@ -257,9 +263,9 @@ class checkpoint_reader {
   /// chunk at held's offset (null if the file stores none there); of the other formats, the
   /// entry named `name` (the caller checks its dims).
   const tensor_ref* find(std::string_view name, const box& held) const {
+    if (!dcp_) return find(name);
     auto it = by_name_.find(name);
     if (it == by_name_.end()) return nullptr;
-    if (!dcp_) return &entries_[it->second];
     for (std::size_t i = it->second; i < entries_.size() && entries_[i].name == name; ++i)
       if (index_list(entries_[i].offsets.begin(), entries_[i].offsets.end()) == held.offset) return &entries_[i];
     return nullptr;
@@ -345,7 +351,8 @@ class checkpoint_reader {
   };
   std::optional<dcp_part> dcp_;  // a DCP data file: its checkpoint's metadata, the file mapped
   std::vector<tensor_ref> entries_;
-  // keyed by entries_' own names (entries_ is not changed after the constructor)
+  // keyed by entries_' own names (entries_ is not changed after the constructor); not of a ckpt
+  // file, whose entries_ are its ckpt_file's in order, found by that file's table
   std::unordered_map<std::string_view, std::size_t> by_name_;
   std::uint64_t file_size_ = 0;
   std::int64_t mtime_ns_ = 0;

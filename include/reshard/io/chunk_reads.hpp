@@ -6,7 +6,9 @@
 // touch form a cluster: one read of a cluster serves every job in it, so that the targets of a
 // read group that need the same rows read them once. A cluster is read whole when it spans at
 // most 4 times the bytes its jobs copy (or 64 KiB), else its jobs run by run. With more than one
-// thread the reads (in pieces of at least 1 MiB) and the copies are shared by the threads.
+// thread the reads (in pieces of at least 1 MiB) and the copies are shared by the threads. The
+// small files of a read group may have been read whole when it started (whole_files): the
+// ranges of those are copied from there, not read again.
 #pragma once
 
 #include <reshard/box.hpp>
@@ -76,6 +78,26 @@ struct src_view {
   std::vector<std::uint64_t> starts;
 };
 
+// read_mode::pread: the small source files of a read group, each read whole with one pread(2)
+// when the group starts (plan_executor::run_targets) instead of range by range in every chunk
+// round: a file of 33 KiB holding 24 tensors a target needs is one system call, not 24. The
+// group's rounds copy the ranges they need from these bytes (read_jobs).
+struct whole_files {
+  struct file {
+    index_t rank;
+    std::size_t at;      // its first byte in `bytes`
+    std::uint64_t size;  // the file's size: all its bytes are in `bytes` from `at`
+  };
+  std::vector<file> files;  // by rank
+  std::vector<std::byte> bytes;
+
+  // The bytes of rank's file (from its offset 0) if it was read whole and reaches `hi`, or null.
+  const std::byte* find(index_t rank, std::uint64_t hi) const noexcept {
+    const auto f = std::lower_bound(files.begin(), files.end(), rank, [](const file& x, index_t r) { return x.rank < r; });
+    return f == files.end() || f->rank != rank || hi > f->size ? nullptr : bytes.data() + f->at;
+  }
+};
+
 // The copy jobs of a chunk round, all members' of a read group (convert.hpp's copy jobs: from the
 // sources' mappings into the members' chunks), the member of each, and what reading them needs
 // (kept from round to round: nothing allocates once the sizes are reached).
@@ -100,6 +122,8 @@ struct chunk_round {
   std::vector<cluster> clusters;
   std::vector<std::pair<std::size_t, std::uint64_t>> pieces;  // a batch's reads: (cluster, offset in it)
   std::vector<std::pair<index_t, std::span<const std::byte>>> touched;  // mmap: the source bytes read
+  const whole_files* whole = nullptr;          // pread: the group's files read whole (none: null)
+  std::vector<std::pair<file_range, const std::byte*>> from_whole;  // pread: the ranges those serve, each file's bytes
 };
 
 // read_mode::mmap: the jobs gather the chunks, read in place from the mappings; r.touched lists
@@ -172,6 +196,7 @@ inline void copy_from_range(chunk_round& r, const chunk_round::file_range& f, co
 template <class Source, class Charge>
 void read_jobs(chunk_round& r, Source&& source, std::uint64_t buffer, Charge&& charge) {
   r.ranges.clear();
+  r.from_whole.clear();
   for (std::size_t k = 0; k < r.jobs.size(); ++k) {
     const auto& j = r.jobs[k];
     const std::uint64_t span = reshard::detail::source_span(j);
@@ -183,9 +208,18 @@ void read_jobs(chunk_round& r, Source&& source, std::uint64_t buffer, Charge&& c
       const std::size_t p = piece_of(v.starts, off);
       return rd.offset_of(v.e->pieces[p].data() + (off - v.starts[p]));
     };
-    r.ranges.push_back({v.rank, file_offset(lo), file_offset(lo + span - 1) + 1,
-                        static_cast<std::uint64_t>(j.outer) * j.run, k});
+    const chunk_round::file_range f{v.rank, file_offset(lo), file_offset(lo + span - 1) + 1,
+                                    static_cast<std::uint64_t>(j.outer) * j.run, k};
+    if (const std::byte* all = r.whole ? r.whole->find(f.rank, f.hi) : nullptr) {
+      r.from_whole.emplace_back(f, all);  // read whole when the group started (and counted then)
+    } else {
+      r.ranges.push_back(f);
+    }
   }
+  reshard::parallel_for(r.from_whole.size(), r.threads, [&](std::size_t q) {
+    const auto& [f, all] = r.from_whole[q];
+    copy_from_range(r, f, source(f.rank), 0, all);
+  });
   std::sort(r.ranges.begin(), r.ranges.end(), [](const auto& a, const auto& b) {
     return a.rank != b.rank ? a.rank < b.rank : a.lo < b.lo;
   });

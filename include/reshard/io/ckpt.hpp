@@ -356,15 +356,33 @@ inline ckpt_index index_ckpt(std::span<const std::byte> bytes, std::string_view 
   return index;
 }
 
+namespace detail {
+// The copy a small ckpt file is indexed from (ckpt_file), one per thread, reused file after file.
+inline std::vector<std::byte>& index_scratch() {
+  thread_local std::vector<std::byte> copy;
+  return copy;
+}
+}  // namespace detail
+
 /// A checkpoint file, memory-mapped and indexed. Move-only; entries (and their spans) stay
-/// valid while the ckpt_file lives, across moves.
+/// valid while the ckpt_file lives, across moves. A file of at most index_copy_bytes (thousands of
+/// ranks save files of a few tensors) is indexed from a copy read with one pread(2), its spans
+/// then pointing into the mapping as the others' do: the mapping is not touched by indexing
+/// (no page faults, no pages to release: untouched()).
 class ckpt_file {
  public:
+  /// The largest file indexed from a copy (larger files: from the mapping, whose headers alone
+  /// are touched).
+  static constexpr std::uint64_t index_copy_bytes = std::uint64_t{128} << 10;
+
   explicit ckpt_file(std::filesystem::path path, ckpt_read_options opts = {})
-      : file_(std::move(path), "ckpt"), index_(index_ckpt(file_.bytes(), file_.path().string(), opts)) {
+      : file_(std::move(path), "ckpt", &detail::index_scratch(), index_copy_bytes), index_(index_of(opts)) {
     by_name_.reserve(index_.entries.size());
     for (std::size_t i = 0; i < index_.entries.size(); ++i) by_name_.emplace(index_.entries[i].name, i);
   }
+
+  /// No page of the mapping has been touched yet (indexed from a copy).
+  bool untouched() const noexcept { return file_.copied(); }
 
   const std::filesystem::path& path() const noexcept { return file_.path(); }
   std::span<const ckpt_entry> entries() const noexcept { return index_.entries; }
@@ -386,6 +404,23 @@ class ckpt_file {
   }
 
  private:
+  // The index of the mapped file: of its copy (mapped_file::copied), with the spans moved onto
+  // the mapping, or of the mapping.
+  ckpt_index index_of(const ckpt_read_options& opts) const {
+    if (!file_.copied()) return index_ckpt(file_.bytes(), file_.path().string(), opts);
+    const std::byte* copy = detail::index_scratch().data();
+    ckpt_index x = index_ckpt(std::span<const std::byte>(copy, file_.bytes().size()), file_.path().string(), opts);
+    const std::byte* base = file_.bytes().data();
+    const auto moved = [&](std::span<const std::byte>& b) {
+      if (b.data()) b = {base + (b.data() - copy), b.size()};
+    };
+    for (auto& e : x.entries) {
+      for (auto& b : e.pieces) moved(b);
+      for (auto& b : e.values) moved(b);
+    }
+    return x;
+  }
+
   mapped_file file_;
   ckpt_index index_;
   // keyed by the entries' own names: the entries are not changed after indexing, and a move of

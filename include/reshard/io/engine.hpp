@@ -544,8 +544,9 @@ class transform_job {
     pi.to = out_type(it);
     pi.scalar = p.scalar;
     pi.dims = p.scalar ? p.scalar_dims : pi.target.extent.to_vector();
-    pi.source_bytes = catalogue_.item_source_bytes(t.rank, it);
-    pi.bytes = item_bytes(t.rank, it);
+    // item_source_bytes and item_bytes, from the target box at hand (not made again twice)
+    pi.source_bytes = p.scalar ? elem : static_cast<std::uint64_t>(volume(pi.target)) * elem;
+    pi.bytes = pi.from == pi.to ? pi.source_bytes : pi.source_bytes / elem * element_size(pi.to);
     pi.transfers.reserve(pieces.size());
     auto holds = pl.holds.find(pi.source_name);  // what each sender's file holds of the parameter
     if (holds == pl.holds.end()) holds = pl.holds.try_emplace(pi.source_name).first;

@@ -54,8 +54,9 @@ struct plan_write_config {
   std::function<void(const transform_progress&)> progress{};
   /// The targets that read the same source files written together, each range they share read
   /// once (read_groups, at most 8 to a group; with fewer groups than jobs, a group's reads, copies
-  /// and writes shared by the jobs). Off under a memory budget: each target of a group holds its
-  /// file writer's buffer.
+  /// and writes shared by the jobs), and each group's small source files read whole, once
+  /// (plan_executor::read_small_files_whole). Off under a memory budget: each target of a group
+  /// holds its file writer's buffer, and the files read whole are beside the read scratch.
   bool read_groups = true;
 };
 
@@ -93,6 +94,7 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   if (!metadata_finals.empty()) metadata_parts = out.add(metadata_finals);
   out.prepare();
   plan_executor run(plan, sources, c.exec, c.reads, op, c.progress);
+  run.read_small_files_whole(c.read_groups);
   const file_sink_options fo{plan.crc, plan.chunk_bytes, c.sync ? durability::deferred : durability::none, c.writes,
                              c.digests};
   std::vector<transform_summary> per(plan.targets.size());

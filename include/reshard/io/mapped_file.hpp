@@ -107,7 +107,12 @@ class mapped_file {
   mapped_file() = default;
 
   /// Maps `path`. `context` prefixes error messages ("ckpt: /a/b.ckpt: cannot open: ...").
-  explicit mapped_file(std::filesystem::path path, std::string_view context = "mapped_file")
+  /// With `copy`, a file of at most `copy_most` bytes is also read into *copy with one pread(2)
+  /// on the same descriptor (copied() tells): a caller that only parses a small file's headers
+  /// reads them there, and the mapping's pages stay untouched (no page faults, nothing to
+  /// release), its spans then rebased onto bytes().
+  explicit mapped_file(std::filesystem::path path, std::string_view context = "mapped_file",
+                       std::vector<std::byte>* copy = nullptr, std::uint64_t copy_most = 0)
       : path_(std::move(path)) {
     const input_file in(path_, context);  // a regular file, or an error naming what it is
     size_ = in.size();
@@ -118,6 +123,11 @@ class mapped_file {
       data_ = static_cast<const std::byte*>(p);
       try {
         detail::note_mapping(data_, size_, path_);
+        if (copy && size_ <= copy_most) {
+          copy->resize(static_cast<std::size_t>(size_));
+          in.pread_exact(*copy, 0);
+          copied_ = true;
+        }
       } catch (...) {
         unmap();
         throw;
@@ -129,7 +139,7 @@ class mapped_file {
   mapped_file& operator=(const mapped_file&) = delete;
   mapped_file(mapped_file&& o) noexcept
       : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
-        status_(o.status_) {}
+        status_(o.status_), copied_(o.copied_) {}
   mapped_file& operator=(mapped_file&& o) noexcept {
     if (this != &o) {
       unmap();
@@ -137,6 +147,7 @@ class mapped_file {
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
       status_ = o.status_;
+      copied_ = o.copied_;
     }
     return *this;
   }
@@ -147,6 +158,8 @@ class mapped_file {
   std::span<const std::byte> bytes() const noexcept { return {data_, static_cast<std::size_t>(size_)}; }
   /// The file's identity and modification time when it was mapped (input_file::status).
   const file_status& status() const noexcept { return status_; }
+  /// The constructor read the file into its `copy` too.
+  bool copied() const noexcept { return copied_; }
 
  private:
   void unmap() noexcept {
@@ -162,6 +175,7 @@ class mapped_file {
   const std::byte* data_ = nullptr;
   std::uint64_t size_ = 0;
   file_status status_;
+  bool copied_ = false;
 };
 
 namespace detail {

@@ -15,7 +15,9 @@
 // a 2x4 grid, where the four targets of a grid row each need a quarter of every row of the same
 // two files) are executed together, chunk round by chunk round (run_targets), and the ranges of
 // one file their chunks need are read as one: each byte once, where alone each target read the
-// rows whole and kept a quarter. Each target of a group gets a share of the job's buffer.
+// rows whole and kept a quarter. Each target of a group gets a share of the job's buffer. With
+// pread, the group's small source files (a few tensors each, as thousands of ranks save) are read
+// whole when it starts, one pread(2) per file instead of one per tensor (read_whole_files).
 //
 // Checks: before it reads an item, the executor checks the item against the source file's index
 // (the tensor exists, with the plan's dtype, the dims of the box the plan says the sender holds,
@@ -213,7 +215,8 @@ class plan_executor {
   /// (for a group that has the machine's cores to itself). Returns what was done per target: sliced, copied,
   /// bytes_read (tensor bytes needed from the sources), file_bytes_read (bytes read from the
   /// files; a range read for several targets is counted once, by the first), bytes_written (the
-  /// tensor bytes given to the sink).
+  /// tensor bytes given to the sink). read_mode::pread: the group's small source files are read
+  /// whole first, once each (read_whole_files), and counted whole in file_bytes_read.
   std::vector<transform_summary> run_targets(std::span<const std::size_t> group, std::span<tensor_sink* const> outs,
                                              unsigned threads = 1) {
     RESHARD_EXPECTS(!group.empty() && group.size() == outs.size(), "plan_executor: one sink per target of a group");
@@ -221,6 +224,11 @@ class plan_executor {
     std::vector<member> m(group.size());
     detail::chunk_round r;  // reused by every chunk round of the group
     r.threads = std::max(threads, 1u);
+    detail::whole_files whole;  // pread: the group's small source files, read once
+    if (reads_ == read_mode::pread && whole_files_) {
+      read_whole_files(group, whole, s);
+      r.whole = &whole;
+    }
     std::size_t rounds = 0;
     for (std::size_t g = 0; g < group.size(); ++g) rounds = std::max(rounds, plan_.targets.at(group[g]).items.size());
     std::vector<std::size_t> sliced;  // the members whose item of this round is sliced
@@ -260,6 +268,15 @@ class plan_executor {
     return s;
   }
 
+  /// read_mode::pread: whether run_targets reads a group's small source files whole, once, as
+  /// the group starts (read_whole_files; on by default). write_plan_targets turns it off under
+  /// a memory budget (memory_fit.hpp counts a job's chunk buffer and read scratch, not these).
+  void read_small_files_whole(bool on) noexcept { whole_files_ = on; }
+
+  /// The most bytes of a source file read whole (read_whole_files): above it, its ranges are read
+  /// round by round, each at most a chunk buffer, which amortizes the system call.
+  static constexpr std::uint64_t whole_file_bytes = std::uint64_t{1} << 20;
+
   /// The tensor bytes taken from each source file so far, by rank, counted where the executor
   /// reads them (a raw copy's content, each copy job's box): a run's are the plan's reads
   /// (plan_source::bytes_read; law E6).
@@ -293,6 +310,45 @@ class plan_executor {
   }
 
   const checkpoint_reader& source(index_t r) const { return *sources_.at(r); }
+
+  // read_mode::pread: reads into w, with one pread(2) each, the source files the sliced items of
+  // `group` read that are small: at most whole_file_bytes (and the job's buffer), and at most 4
+  // times the bytes the group takes from them or 64 KiB (a cluster's rule, chunk_reads.hpp),
+  // while they fit in the job's buffer together. A file of a few tensors is then read once, not
+  // once per tensor. Each file's bytes are counted once, as file_bytes_read of the first member
+  // that reads it. (Not a Hugging Face directory: its shards are files of their own.)
+  void read_whole_files(std::span<const std::size_t> group, detail::whole_files& w, std::span<transform_summary> s) {
+    struct use {
+      index_t rank;
+      std::size_t member;
+      std::uint64_t bytes;
+    };
+    std::vector<use> uses;
+    for (std::size_t g = 0; g < group.size(); ++g)
+      for (const plan_item& it : plan_.targets[group[g]].items)
+        for (const plan_transfer& x : it.transfers) uses.push_back({x.rank, g, x.bytes});
+    std::sort(uses.begin(), uses.end(),
+              [](const use& a, const use& b) { return a.rank != b.rank ? a.rank < b.rank : a.member < b.member; });
+    const std::uint64_t most = std::min(whole_file_bytes, exec_.buffer_bytes);
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < uses.size();) {
+      std::uint64_t need = 0;
+      std::size_t e = i;
+      for (; e < uses.size() && uses[e].rank == uses[i].rank; ++e) need += uses[e].bytes;
+      const checkpoint_reader& rd = source(uses[i].rank);
+      const std::uint64_t size = rd.format() == checkpoint_format::hf ? 0 : rd.file_size();
+      if (size > 0 && size <= most && size <= std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10) &&
+          total + size <= exec_.buffer_bytes) {
+        w.files.push_back({uses[i].rank, static_cast<std::size_t>(total), size});
+        s[uses[i].member].file_bytes_read += size;
+        total += size;
+      }
+      i = e;
+    }
+    w.bytes.resize(static_cast<std::size_t>(total));
+    for (const auto& f : w.files)
+      source(f.rank).pread_into(std::span<std::byte>(w.bytes.data() + f.at, static_cast<std::size_t>(f.size)), 0);
+  }
 
   // The tensor `name` of source rank r's file, checked against what the plan says of it.
   const tensor_ref& source_tensor(index_t r, const plan_item& it, const box* held) const {
@@ -518,6 +574,7 @@ class plan_executor {
   std::map<index_t, std::uint64_t> read_by_source_;
   std::uint64_t bytes_done_ = 0;
   std::size_t files_done_ = 0;
+  bool whole_files_ = true;  // read_small_files_whole
 };
 
 }  // namespace reshard::io
