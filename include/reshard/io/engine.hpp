@@ -566,14 +566,11 @@ class transform_job {
       if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
         report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
                      ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
-    if (!dcp_target()) return;
-    std::set<index_t> ranks;
-    bool one_dir = true;
-    for (const auto& t : targets_) ranks.insert(t.rank), one_dir = one_dir && t.path == targets_.front().path;
-    if (!one_dir || static_cast<index_t>(ranks.size()) != catalogue_.target_ranks() || ranks.size() != targets_.size())
-      report_error(op_ + ": a PyTorch DCP checkpoint (format dcp) is written for all " + std::to_string(catalogue_.target_ranks()) +
-                   " target ranks at once, into one directory: its .metadata lists every rank's chunks (" +
-                   std::to_string(targets_.size()) + " target" + (targets_.size() == 1 ? "" : "s") + " given)");
+    if (!dcp_target() || targets_.empty()) return;
+    std::vector<dcp_run_target> mine;
+    for (const auto& t : targets_) mine.push_back({t.rank, t.path});
+    check_whole_dcp_target(op_, targets_.front().path, catalogue_.target_ranks(), {mine}, "runs",
+                           "write it in one run of every target rank, not by rank");
   }
 
   // -- outputs: none is a source, none exists unless `force` (check_output_paths, execute.hpp)
