@@ -57,8 +57,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 sys.path.insert(0, os.path.join(_HERE, "..", "verify", "python"))
 
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-NPARAMS = 16
+from _common import MiB, model as _model  # noqa: E402
 SRC_WORLD = 8
 CASES = {"8rto4r": 0, "8rto4c": 1}  # case: the target's split dim
 LABELS = {"8rto4r": "8 rows → 4 rows", "8rto4c": "8 rows → 4 cols"}
@@ -67,10 +66,7 @@ LABELS = {"8rto4r": "8 rows → 4 rows", "8rto4c": "8 rows → 4 cols"}
 def model(size_bytes):
     """[(name, [R, C])]: 16 equal float32 parameters of about size_bytes in all; R a multiple of
     8 (the source split), C a multiple of 4 (the column target)."""
-    elems = size_bytes / 4 / NPARAMS
-    cols = 1024 if elems >= 4 * MiB else 256 if elems >= 64 * KiB else 32
-    rows = max(8, round(elems / cols / 8) * 8)
-    return [("layer%d.weight" % i, [rows, cols]) for i in range(NPARAMS)]
+    return _model(size_bytes, 8)
 
 
 # ------------------------------------------------------------------------------------------------

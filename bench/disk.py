@@ -76,8 +76,7 @@ import report  # noqa: E402  (write_json)
 import scale_ranks  # noqa: E402  (run, stats, remove, cell, fmt_bytes, log, git_state)
 import transform_e2e  # noqa: E402  (values, digests, parse_size)
 
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-NPARAMS = 16
+from _common import MiB, model as _model  # noqa: E402
 PREFIX = "checkpoint_"
 # layout name: (dev matrix, tensor map); its rank count is the dev matrix's product
 LAYOUTS = {"8": ([2, 4], [1, 0]), "4": ([4], [0, -1]), "3": ([3], [0, -1]),
@@ -95,10 +94,7 @@ log = scale_ranks.log
 def model(size_bytes):
     """[(name, [R, C])]: 16 equal parameters of about size_bytes in all; R a multiple of 24 (the
     row splits 2, 4, 3), C a multiple of 4."""
-    elems = size_bytes / 4 / NPARAMS
-    cols = 1024 if elems >= 4 * MiB else 256 if elems >= 64 * KiB else 32
-    rows = max(24, round(elems / cols / 24) * 24)
-    return [("layer%d.weight" % i, [rows, cols]) for i in range(NPARAMS)]
+    return _model(size_bytes, 24)
 
 
 def lay(key):

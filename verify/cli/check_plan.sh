@@ -5,8 +5,6 @@
 # the layout) exits 1 with the problem on stdout and one line on stderr; bad input exits 1 or 2.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # the seed scenario: 784 x 512, 8 ranks -> 4 with optimizer sharding
 S='{"dev_matrix":[2,1,2,2],"tensor_map":[2,1],"shape":[784,512]}'

@@ -7,10 +7,7 @@
 # malformed files exit 1 naming the place, bad usage 2.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 DATA=$SRC/verify/data/dcp
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 expect_text "rows: torch's read items are correct" '^verdict     correct' check-plan --dcp "$DATA/rows.read_items.json"
 # w [5,3] float32 saved as rows 0..2 (rank 0) and 3..4 (rank 1), read as one column a rank: rank

@@ -9,10 +9,6 @@
 # bad usage 2.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 scenario retrain_8to4
 run transform --src-dir "$d/src" --dst-dir "$d/out" "${strategies[@]}"

@@ -17,12 +17,9 @@
 # the renames that move the finished files into place.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 SEED=${CRASH_SEED:-20240607}
 TIMED_KILLS=${CRASH_TIMED_KILLS:-14}
 HOOK_KILLS=${CRASH_HOOK_KILLS:-10}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 RANDOM=$SEED
 
 # The scenario: ms_scenario.py's generator (MindSpore's slicing, protobuf's own serializer) with

@@ -11,10 +11,7 @@
 # refused naming it (exit 1, nothing written); --max-memory holds.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 DCP="$SRC/verify/data/dcp"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # same_as_torch NAME FIXTURE OUTPUT [RENAMES_JSON [DTYPES_JSON]]: OUTPUT (a .safetensors file or a
 # Hugging Face directory of them) holds exactly the fixture's tensors (renamed), each with the bytes

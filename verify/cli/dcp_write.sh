@@ -12,10 +12,7 @@
 # verify --format dcp checks the transform and the merge, and finds a flipped byte (exit 1).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 DCP="$SRC/verify/data/dcp"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # same_file NAME A B: the files are equal, byte for byte
 same_file() { cmp -s "$2" "$3" && pass || fail "$1" "$2 and $3 differ"; }

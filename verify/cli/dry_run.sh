@@ -7,10 +7,6 @@
 # merge, split and convert take it too; a dry run still reports bad input (exit 1).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 for name in retrain_8to4 uneven_8to3 to_pipeline; do
   scenario "$name"

@@ -36,8 +36,6 @@ expect_error "too many devices" 1 "more than 2^31 devices" layout --layout '{"de
 expect_error "missing file" 1 "--layout: /nonexistent/l.json: cannot open for reading: No such file or directory" layout --layout @/nonexistent/l.json
 expect_error "--src is named" 1 "--src: dev_matrix[0] = 0 is invalid" plan --src '{"dev_matrix":[0],"tensor_map":[0],"shape":[8]}' --dst "$D"
 expect_error "--dst is named" 1 '--dst: missing key "shape"' plan --src "$L" --dst '{"dev_matrix":[4],"tensor_map":[0,-1]}'
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 printf '{"dev_matrix":[4],"tensor_map":[0,-1],"shape":[8,4],}' >"$tmp/bad.json"
 expect_error "the file is named" 1 "--dst @$tmp/bad.json: invalid JSON" plan --src "$L" --dst "@$tmp/bad.json"
 expect_error "different shapes" 1 "--src and --dst describe different tensors: shape [8,4] vs [8,8]" plan --src "$L" --dst '{"dev_matrix":[4],"tensor_map":[0,-1],"shape":[8,8]}'

@@ -9,8 +9,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 L='{"dev_matrix":[2,4],"tensor_map":[1,-1],"shape":[8,4]}'
 S=$tmp/s.json
 printf '%s\n' '{"current_stage": 0, "parallel_layout_item": {"w": {"dev_matrix": [2], "tensor_map": [0],

@@ -13,11 +13,8 @@
 # HF output without --force (exit 1, nothing written or changed).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 PYDIR="$SRC/verify/python"
 HFR="$PYDIR/hf_reference.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 hf() { "$PY" "$HFR" "$@"; }
 

@@ -32,10 +32,7 @@
 # directory with only config.json (no old checkpoint) is written in place, with no swap.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 PYDIR="$SRC/verify/python"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 calls=rename,renameat,renameat2,unlink,unlinkat,rmdir,link,linkat,mkdir,mkdirat
 
 if ! strace -f -qq -o /dev/null -e trace=rename true 2>"$tmp/strace.err"; then

@@ -7,10 +7,6 @@
 # inspect of a bad strategy printing nothing, and "1 difference".
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 "$PY" "$SC" gen retrain_8to4 "$tmp/s" >/dev/null  # 8 ranks to 4
 S=$tmp/s/src_strategy.ckpt

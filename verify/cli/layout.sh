@@ -35,8 +35,6 @@ expect_json "0-d tensor" 'j["ranks"] == [{"rank":0,"offset":[],"shape":[]}]' \
   layout --layout '{"dev_matrix":[1],"tensor_map":[],"shape":[]}' --json
 
 # @file and @- (stdin)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 printf '%s\n' "$L" >"$tmp/l.json"
 expect_json "--layout @file.json" 'j["replica_groups"] == [[0,1,2,3],[4,5,6,7]]' layout --layout "@$tmp/l.json" --json
 expect_json "-l @file.json" 'len(j["ranks"]) == 8' layout -l "@$tmp/l.json" --json

@@ -1,7 +1,15 @@
-# verify/cli/lib.bash: helpers sourced by the tests of the reshard program (verify/cli/*.sh).
-# $RESHARD is the program; results are counted and summarised by `finish`.
+# verify/cli/lib.bash: helpers sourced by the tests of the reshard program (verify/cli/*.sh,
+# verify/mpi/transform.sh). $RESHARD is the program; $SRC the source tree, $SC its scenario
+# generator, $tmp the test's scratch directory (removed on exit); results are counted and
+# summarised by `finish`.
 : "${RESHARD:?set RESHARD to the path of the reshard program}"
 PY=${RESHARD_TEST_PY:-/usr/bin/python3}
+# The source tree (verify/data, verify/python), the scenario generator most tests use, and the
+# test's scratch directory, removed when it exits.
+SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+SC="$SRC/verify/python/ms_scenario.py"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
 

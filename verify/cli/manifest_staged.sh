@@ -7,10 +7,6 @@
 # be written, nothing is committed, and with --force the old outputs stay as they were.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 sums() { find "$@" -type f -exec sha256sum {} + 2>/dev/null | sort; }
 
 scenario retrain_8to4

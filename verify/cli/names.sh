@@ -6,10 +6,6 @@
 # lacks, a bad regex or map) exit 1 before anything is written, bad flags exit 2.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 scenario retrain_8to4
 S=$d/src_strategy.ckpt

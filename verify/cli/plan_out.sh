@@ -7,10 +7,6 @@
 # and convert take it; an existing FILE is replaced only with --force.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # compare PLAN RUN_JSON: the plan's files are the run's outputs, its totals add up
 compare() {

@@ -5,8 +5,6 @@
 # the drawn dims, thousands of ranks are capped and say so, and bad --svg-dims are errors.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # The first colours of the palette (detail::svg::palette), by rank.
 palette=(4e79a7 f28e2b 59a14f edc948 b07aa1 76b7b2 9c755f bab0ac)

@@ -6,10 +6,6 @@
 # transform-rank with exactly the ranks rank-list prints; inspect; progress and summaries.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 
 # check NAME OUT: the Python checker accepts OUT for the scenario in $d

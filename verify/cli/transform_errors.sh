@@ -4,10 +4,6 @@
 # before and after) and no output file left behind.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 "$PY" "$SC" gen retrain_8to4 "$tmp/base" >/dev/null  # 8 ranks, CRC trailers, str and map tensors
 n=0

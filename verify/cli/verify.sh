@@ -5,10 +5,6 @@
 # differs (exit 1, every difference listed on stdout, one line on stderr); bad sources are errors.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 scenario retrain_8to4
 run transform --src-dir "$d/src" --dst-dir "$d/good" "${strategies[@]}"

@@ -8,10 +8,6 @@
 # or not at all, and options that do not go with them, are bad usage (exit 2).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 scenario retrain_8to4
 S=(--src-strategy "$d/src_strategy.ckpt")

@@ -15,10 +15,7 @@
 # "SKIPPED" line; RLIMIT_FSIZE needs nothing and always runs.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-tmp=$(mktemp -d)
 chmod 755 "$tmp"  # readable by the unprivileged user of the permission tests
-trap 'rm -rf "$tmp"' EXIT
 skipped=()
 skip() {
   skipped+=("$1")

@@ -12,7 +12,8 @@
 //   * verify of a DCP output compares each chunk and .metadata: a flipped byte and another
 //     .metadata are found;
 //   * --part of a plan cutting a DCP directory, a target of some ranks only and a dtype torch
-//     lacks are refused by name; an existing output is not replaced without force.
+//     lacks are refused by name; an existing output is not replaced without force; the one
+//     refusal of a partial DCP target (check_whole_dcp_target) accepts exactly the whole split.
 #include <reshard/io/dcp.hpp>
 #include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/plan_file.hpp>
@@ -359,6 +360,45 @@ TEST(dcp_write, a_plan_cut_into_parts_is_refused) {
   execute_plan(back, {.sync = false});
   EXPECT_TRUE(fs::exists(dir.path() / "out" / ".metadata"));
   EXPECT_EQ(read_dcp_metadata(dir.path() / "out").tensors.size(), 1u);
+}
+
+// check_whole_dcp_target, the one refusal of a DCP target written in part: a random split of
+// random target ranks (some dropped, some twice, one in another directory) is accepted exactly
+// when one run writes each of the ranks once into the directory; a refusal names the directory,
+// the rank count and the remedy, and its words follow from the split alone.
+RC_GTEST_PROP(dcp_write_props, a_dcp_target_is_written_whole_by_one_run_or_refused, ()) {
+  const auto ranks = *rc::gen::inRange<index_t>(1, 9);
+  const auto runs_n = *rc::gen::inRange<std::size_t>(1, 4);
+  const fs::path dir = "out/dcp";
+  std::vector<std::vector<dcp_run_target>> runs(runs_n);
+  for (index_t r = 0; r < ranks; ++r) {
+    const auto copies = *rc::gen::weightedElement<int>({{1, 0}, {8, 1}, {1, 2}});
+    for (int c = 0; c < copies; ++c) {
+      const bool elsewhere = *rc::gen::weightedElement<int>({{12, 0}, {1, 1}}) == 1;
+      runs[*rc::gen::inRange<std::size_t>(0, runs_n)].push_back({r, elsewhere ? fs::path("other") : dir});
+    }
+  }
+  // the model: one run of all, each rank once, every one into dir
+  std::size_t writing = 0;
+  std::multiset<index_t> all;
+  bool one_dir = true;
+  for (const auto& run : runs) {
+    writing += !run.empty();
+    for (const auto& t : run) all.insert(t.rank), one_dir = one_dir && t.dir == dir;
+  }
+  bool whole = writing <= 1 && one_dir && all.size() == static_cast<std::size_t>(ranks);
+  for (index_t r = 0; r < ranks; ++r) whole = whole && all.count(r) == 1;
+  if (writing == 0) whole = true;  // no run writes any of it: nothing to refuse
+  const auto check = [&] { check_whole_dcp_target("op", dir, ranks, runs, "parts", "the remedy"); };
+  const std::string e = error_of(check);
+  RC_ASSERT(e.empty() == whole);
+  if (!whole) {
+    RC_ASSERT(e.find("op: the PyTorch DCP checkpoint out/dcp, whose .metadata lists the chunks of every target rank, "
+                     "is written for all " + std::to_string(ranks) + " target ranks at once") == 0u);
+    RC_ASSERT(e.find("(the remedy)") != std::string::npos);
+    RC_ASSERT(error_of(check) == e);
+    if (writing > 1) RC_ASSERT(e.find("split into " + std::to_string(writing) + " parts") != std::string::npos);
+  }
 }
 
 TEST(dcp_write, some_ranks_only_and_a_dtype_torch_lacks_are_refused) {

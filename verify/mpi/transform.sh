@@ -13,13 +13,9 @@
 # Environment: RESHARD (the program, built with MPI), MPIEXEC (mpiexec), MPIEXEC_FLAGS (e.g.
 # --oversubscribe), RESHARD_TEST_PY; Open MPI as root also needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM).
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../cli/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/lib.bash"  # SRC, SC, tmp
 MPIEXEC=${MPIEXEC:-mpiexec}
 read -r -a mpiflags <<<"${MPIEXEC_FLAGS:-}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # mrun K ARGS...: runs $RESHARD ARGS as K processes, setting $out, $err and $rc
 mrun() {

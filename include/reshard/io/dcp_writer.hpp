@@ -14,6 +14,8 @@
 //   dcp_metadata_of        the `.metadata` of a plan's DCP targets, from the plan alone: each item
 //                          one chunk at its box, stored in `__<rank>_0.distcp` at the offset the
 //                          archives before it in the file add up to
+//   check_whole_dcp_target the refusal of a DCP target written in part (some target ranks, a
+//                          part of a plan, several processes), the same words wherever it is met
 //
 // Module paths: TensorProperties is pickled under torch.distributed._shard.sharded_tensor.metadata
 // with its enum MEM_FORMAT_ENCODING, as torch 1.13 to 2.3 write it; later 2.x moved the class into
@@ -35,6 +37,7 @@
 #include <reshard/io/dtype.hpp>
 #include <reshard/io/torch_archive.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -401,6 +404,49 @@ inline std::string torch_save_bytes(dtype type, std::span<const std::int64_t> di
 
 /// The data file of target rank `rank` in a DCP directory.
 inline std::string dcp_data_file_name(index_t rank) { return "__" + std::to_string(rank) + "_0.distcp"; }
+
+/// A target rank of a DCP checkpoint as one run writes it: the rank and the directory.
+struct dcp_run_target {
+  index_t rank = 0;
+  std::filesystem::path dir;
+};
+
+/// The one refusal of a DCP target written in part. Its `.metadata` lists the chunks of every
+/// target rank, so one run writes it whole: each of its `ranks` target ranks once, into its one
+/// directory `dir`. `runs`: what each run that shares the work writes of it (the engine: its one
+/// job; plan_part: the parts of a plan; MPI: the processes' shares); any other split is a
+/// reshard::error, worded from the split alone, so every process of one split says the same.
+/// `who` starts the message, `runs_are` names the runs ("parts", "processes"), `remedy` says how
+/// to write it whole.
+inline void check_whole_dcp_target(std::string_view who, const std::filesystem::path& dir, index_t ranks,
+                                   const std::vector<std::vector<dcp_run_target>>& runs, std::string_view runs_are,
+                                   std::string_view remedy) {
+  std::vector<std::size_t> sizes;  // of the runs that write any of it
+  for (const auto& r : runs)
+    if (!r.empty()) sizes.push_back(r.size());
+  std::string why;
+  if (sizes.size() > 1) {
+    why = "here split into " + std::to_string(sizes.size()) + " " + std::string(runs_are) + ", writing ";
+    for (std::size_t k = 0; k < sizes.size(); ++k) why += (k ? " + " : "") + std::to_string(sizes[k]);
+    why += " of them";
+  } else if (sizes.size() == 1) {
+    const auto& one = *std::find_if(runs.begin(), runs.end(), [](const auto& r) { return !r.empty(); });
+    std::vector<bool> seen(static_cast<std::size_t>(std::max<index_t>(ranks, 0)), false);
+    for (const auto& t : one) {
+      if (t.rank < 0 || t.rank >= ranks) why = "here target rank " + std::to_string(t.rank) + " is not one of them";
+      else if (t.dir != dir) why = "here target rank " + std::to_string(t.rank) + " goes into " + t.dir.string();
+      else if (seen[static_cast<std::size_t>(t.rank)]) why = "here target rank " + std::to_string(t.rank) + " is given twice";
+      if (!why.empty()) break;
+      seen[static_cast<std::size_t>(t.rank)] = true;
+    }
+    if (why.empty() && static_cast<index_t>(one.size()) != ranks)
+      why = "this run writes " + std::to_string(one.size()) + " of them";
+  }
+  if (why.empty()) return;
+  report_error(std::string(who) + ": the PyTorch DCP checkpoint " + dir.string() +
+               ", whose .metadata lists the chunks of every target rank, is written for all " + std::to_string(ranks) +
+               " target ranks at once, into one directory, by one run; " + why + " (" + std::string(remedy) + ")");
+}
 
 /// The box item `it` writes as a chunk: its target box, or (a whole tensor: a raw copy, a
 /// scalar, or an item of no target strategy) zeros and its dims.

@@ -6,11 +6,12 @@
 //   stage()    write_plan_targets (execute.hpp): the plan executor (plan_executor.hpp) runs each
 //              target's items into its file sink (tensor_sink.hpp), staged (staging.hpp)
 //   load()     the executor into memory sinks
-//   verify()   the executor into compare sinks
+//   verify()   the executor into compare sinks (verify_plan_targets, execute.hpp)
 // What it decides apart, each in its own header and testable alone: which parameters each target
 // gets, from where and with which shapes and layouts (param_catalogue.hpp), which it writes and
-// under which names (name_rules.hpp), their dtypes (dtype_rules.hpp), and the jobs and chunk
-// buffer under a memory budget (memory_fit.hpp). What is left here is the plan's assembly (each
+// under which names (name_rules.hpp), their dtypes (dtype_rules.hpp), the jobs and chunk
+// buffer under a memory budget (memory_fit.hpp), and what a PyTorch DCP target does apart
+// (dcp_target.hpp: dcp_target_policy). What is left here is the plan's assembly (each
 // item checked, cast, and placed in its file's order) and the steps' order, kept in an explicit
 // phase: created -> checked -> staged -> done.
 //
@@ -39,6 +40,7 @@
 #include <reshard/io/cast.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/dcp_target.hpp>
 #include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
@@ -222,16 +224,12 @@ class transform_job {
                 std::string op, std::vector<std::string> warnings = {})
       : targets_(std::move(targets)), catalogue_(std::move(src), std::move(dst), targets_, op), opts_(std::move(opts)),
         exec_{opts_.jobs, opts_.buffer_bytes}, op_(std::move(op)), warnings_(std::move(warnings)) {
-    // into a DCP target they are copied (make_plan), unless name rules are given
-    if (!dcp_target() || !opts_.names.empty()) {
-      const bool in_memory = !targets_.empty() && targets_.front().path.empty();  // load(): no file
-      const auto w = catalogue_.dcp()->byte_item_warnings(
-          in_memory      ? "tensors in memory"
-          : hf_target()  ? "a Hugging Face checkpoint"
-          : dcp_target() ? "a PyTorch DCP checkpoint under --include, --exclude or --rename (not copied yet)"
-                         : "ckpt or safetensors files");
-      warnings_.insert(warnings_.end(), w.begin(), w.end());
-    }
+    const bool in_memory = !targets_.empty() && targets_.front().path.empty();  // load(): no file
+    const auto w = dcp_.byte_item_warnings(*catalogue_.dcp(), in_memory     ? "tensors in memory"
+                                                              : hf_target() ? "a Hugging Face checkpoint"
+                                                              : dcp_.on()   ? ""
+                                                                            : "ckpt or safetensors files");
+    warnings_.insert(warnings_.end(), w.begin(), w.end());
     check_target_ranks();
   }
 
@@ -352,63 +350,18 @@ class transform_job {
     start_ = std::chrono::steady_clock::now();
     make_plan();
     phase_ = phase::done;
-    plan_executor run(*plan_, sources(), {threads(), exec_.buffer_bytes}, reads(), op_, opts_.progress);
-    const std::size_t n = plan_->targets.size();
-    std::vector<std::vector<verify_mismatch>> per(n);
-    std::vector<std::size_t> tensors(n);
-    std::vector<std::uint64_t> bytes(n);
-    reshard::parallel_for(n, threads(), [&](std::size_t i) {
-      const plan_target& t = plan_->targets[i];
-      auto& found = per[i];
-      const auto rd = compare_sink::open(t.format == checkpoint_format::dcp ? t.files.front() : t.path, found);
-      if (!rd) return;
-      compare_sink out(*rd, found);
-      const transform_summary s = run.run_target(i, out);
-      tensors[i] = s.sliced + s.copied;
-      bytes[i] = out.bytes_compared();
-    });
     verify_report r;
-    if (dcp_target() && !targets_.empty()) verify_dcp_metadata(targets_.front().path, r);
-    for (std::size_t i = 0; i < n; ++i) {
-      r.files += 1;
-      r.tensors += tensors[i];
-      r.bytes += bytes[i];
-      for (auto& m : per[i]) r.mismatches.push_back(std::move(m));
-    }
+    dcp_.verify_metadata(*plan_, targets_, r);  // first, as .metadata is what torch reads first
+    verify_plan_targets(*plan_, sources(), {threads(), exec_.buffer_bytes}, reads(), op_, opts_.progress, r);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     return r;
   }
 
  private:
-  // A DCP target's .metadata against the plan's (dcp_metadata_of): the same tensors, chunks, byte
-  // items and places, whichever torch's module paths it names; a difference is a mismatch.
-  void verify_dcp_metadata(const std::filesystem::path& dir, verify_report& r) const {
-    r.files += 1;
-    try {
-      const dcp_metadata got = read_dcp_metadata(dir), want = dcp_metadata_of(*plan_, dir, dcp_layout::torch_2);
-      if (got.tensors != want.tensors)
-        r.mismatches.push_back({dcp_metadata_path(dir), {}, "lists other tensors, chunks or places than the run writes"});
-      if (got.byte_items != want.byte_items)
-        r.mismatches.push_back({dcp_metadata_path(dir), {}, "lists other byte items than the run writes"});
-    } catch (const reshard::error& e) {
-      r.mismatches.push_back({dcp_metadata_path(dir), {}, std::string("cannot be read: ") + e.what()});
-    }
-  }
-
   // The summary's fields known at the end.
   void finish(transform_summary& s) {
-    std::vector<const checkpoint_reader*> read;
-    for (const auto& [r, rd] : catalogue_.readers()) read.push_back(rd.get());
-    describe_sources(s, read);
-    s.casts = casts_.records();
-    s.warnings.insert(s.warnings.begin(), warnings_.begin(), warnings_.end());  // then the commit's
-    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    s.peak_rss_bytes = peak_rss_bytes();
-    s.jobs = threads();
-    s.reads = reads();
-    s.synced = opts_.sync;
-    s.max_memory = opts_.max_memory;
-    s.buffer_bytes = exec_.buffer_bytes;
+    finish_summary(s, catalogue_.readers(), casts_.records(), warnings_,
+                   {threads(), exec_.buffer_bytes, reads(), writes_, opts_.sync, opts_.max_memory}, start_);
   }
 
   // The source files opened, for the executor.
@@ -470,19 +423,7 @@ class transform_job {
     if (!previewing_) verify_crcs();
     fit_memory();
     for (auto& [name, by_rank] : pl.holds) sort_by_rank(by_rank);
-    if (dcp_target()) {
-      for (const auto& t : pl.targets)
-        for (const auto& it : t.items) check_dcp_item(it, op_);
-      dedup_dcp_chunks(pl);
-      pl.dcp_torch = opts_.dcp_torch;
-      const dcp_source* src = catalogue_.dcp();
-      if (src && opts_.names.empty() && !pl.targets.empty()) {  // the byte items, stored by the lowest rank
-        plan_target& low = *std::min_element(pl.targets.begin(), pl.targets.end(),
-                                             [](const plan_target& a, const plan_target& b) { return a.rank < b.rank; });
-        for (const auto& b : src->metadata->byte_items)
-          low.byte_items.push_back({b.fqn, src->dir / b.storage.relative_path, b.storage.offset, b.storage.length});
-      }
-    }
+    dcp_.finish_plan(pl, catalogue_.dcp(), op_);
     sum_plan(pl, [&](index_t r) { return catalogue_.files().at(r); });
     for (auto& [r, s] : pl.sources) {
       s.size = catalogue_.open(r).file_size();
@@ -575,27 +516,14 @@ class transform_job {
       if (t.rank < 0 || t.rank >= catalogue_.target_ranks())
         report_error(op_ + ": target rank " + std::to_string(t.rank) + " is not a rank of " + catalogue_.target_desc() +
                      ", which has " + std::to_string(catalogue_.target_ranks()) + " rank" + (catalogue_.target_ranks() == 1 ? "" : "s"));
-    if (!dcp_target()) return;
-    std::set<index_t> ranks;
-    bool one_dir = true;
-    for (const auto& t : targets_) ranks.insert(t.rank), one_dir = one_dir && t.path == targets_.front().path;
-    if (!one_dir || static_cast<index_t>(ranks.size()) != catalogue_.target_ranks() || ranks.size() != targets_.size())
-      report_error(op_ + ": a PyTorch DCP checkpoint (format dcp) is written for all " + std::to_string(catalogue_.target_ranks()) +
-                   " target ranks at once, into one directory: its .metadata lists every rank's chunks (" +
-                   std::to_string(targets_.size()) + " target" + (targets_.size() == 1 ? "" : "s") + " given)");
+    dcp_.check_targets(targets_, catalogue_.target_ranks(), op_);
   }
 
   // -- outputs: none is a source, none exists unless `force` (check_output_paths, execute.hpp)
   void check_outputs() {
-    std::vector<output_path> outputs;
-    for (const auto& t : targets_) {
-      if (!dcp_target()) {
-        outputs.push_back({t.path, hf_target()});
-        continue;
-      }
-      outputs.push_back({t.path / dcp_data_file_name(t.rank), false});  // a DCP directory: its files
-      if (&t == &targets_.front()) outputs.push_back({dcp_metadata_path(t.path), false});
-    }
+    std::vector<output_path> outputs = dcp_.outputs(targets_);  // a DCP directory: its files
+    if (!dcp_.on())
+      for (const auto& t : targets_) outputs.push_back({t.path, hf_target()});
     if (opts_.manifest.empty()) {  // the sources stat'ed only if an output exists
       check_output_paths(outputs, catalogue_.files(), opts_.force, op_);
       return;
@@ -626,10 +554,7 @@ class transform_job {
   }
 
   void verify_crcs() {
-    if (!opts_.verify_crc) return;
-    std::vector<const checkpoint_reader*> list;
-    for (const auto& [r, rd] : catalogue_.readers()) list.push_back(rd.get());
-    verify_source_crcs(list, threads(), opts_.max_memory);
+    if (opts_.verify_crc) verify_source_crcs(catalogue_.readers(), threads(), opts_.max_memory);
   }
 
   // The jobs asked for (or fitted to max_memory), or (0) one per core and at most one per target file.
@@ -646,14 +571,15 @@ class transform_job {
 
   // The targets are Hugging Face checkpoint directories.
   bool hf_target() const noexcept { return opts_.format == checkpoint_format::hf; }
-  // The targets are one PyTorch DCP directory.
-  bool dcp_target() const noexcept { return opts_.format == checkpoint_format::dcp; }
+  // The targets are one PyTorch DCP directory (dcp_target.hpp: what it does apart).
+  bool dcp_target() const noexcept { return dcp_.on(); }
   // Target t is a safetensors file (by its name: no system call, it is asked per parameter).
   static bool safetensors_target(const transform_target& t) { return t.path.extension() == ".safetensors"; }
 
   std::vector<transform_target> targets_;
   parameter_catalogue catalogue_;  // the parameters, their layouts and sources, the source files
   const transform_options opts_;
+  dcp_target_policy dcp_{opts_.format == checkpoint_format::dcp, opts_.dcp_torch, !opts_.names.empty()};
   // the jobs and buffer run: opts_'s, or what fit_memory() fits into max_memory
   execution_config exec_;
   std::string op_;

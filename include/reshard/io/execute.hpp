@@ -1,7 +1,8 @@
 // reshard/io/execute.hpp: a checkpoint plan written to files. write_plan_targets is the one
 // function that writes a plan's targets (staged, in parallel over targets, through the plan
-// executor and the file sinks); transform_job runs it on the plan it made, and execute_plan on a
-// plan read back from its JSON (plan_file.hpp), whole or one part of it:
+// executor and the file sinks), and verify_plan_targets the one that compares them with existing
+// files (compare sinks); transform_job runs them on the plan it made, and execute_plan runs
+// write_plan_targets on a plan read back from its JSON (plan_file.hpp), whole or one part of it:
 //
 //   auto plan = plan_from_json(json, "plan.json");
 //   execute_plan(plan_part(plan, i, k), {.jobs = 2});   // part i of k; the k parts write the plan
@@ -136,6 +137,38 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   return s;
 }
 
+/// Checks every target file of `plan`, which must exist, against what the sources make: the
+/// same plan executor and reads as write_plan_targets, into compare sinks (tensor_sink.hpp), in
+/// parallel over targets; bounded memory (each chunk's pages of the file are released after it).
+/// Adds to `r` per target a file, its tensors and bytes compared, and its mismatches (a missing
+/// or unreadable file, a missing, extra or differently typed or shaped parameter, the first
+/// differing element, a wrong crc_num trailer), in the plan's order.
+inline void verify_plan_targets(const checkpoint_plan& plan, const plan_sources& sources, const execution_config& exec,
+                                read_mode reads, const std::string& op,
+                                const std::function<void(const transform_progress&)>& progress, verify_report& r) {
+  plan_executor run(plan, sources, exec, reads, op, progress);
+  const std::size_t n = plan.targets.size();
+  std::vector<std::vector<verify_mismatch>> per(n);
+  std::vector<std::size_t> tensors(n);
+  std::vector<std::uint64_t> bytes(n);
+  reshard::parallel_for(n, exec.jobs, [&](std::size_t i) {
+    const plan_target& t = plan.targets[i];
+    auto& found = per[i];
+    const auto rd = compare_sink::open(t.format == checkpoint_format::dcp ? t.files.front() : t.path, found);
+    if (!rd) return;
+    compare_sink out(*rd, found);
+    const transform_summary s = run.run_target(i, out);
+    tensors[i] = s.sliced + s.copied;
+    bytes[i] = out.bytes_compared();
+  });
+  for (std::size_t i = 0; i < n; ++i) {
+    r.files += 1;
+    r.tensors += tensors[i];
+    r.bytes += bytes[i];
+    for (auto& m : per[i]) r.mismatches.push_back(std::move(m));
+  }
+}
+
 /// Each source file's device and inode, and its rank (one stat a file): what check_output_paths
 /// and check_manifest_path compare the outputs with.
 /// Source files by device and inode: their ranks.
@@ -206,10 +239,14 @@ inline void check_output_paths(const std::vector<output_path>& outputs,
   }, force, op);
 }
 
-/// Checks the crc_num trailers of `sources` on `jobs` threads, streaming each file in windows of
+/// The source files a run opened, by source rank.
+using source_readers = std::map<index_t, std::unique_ptr<checkpoint_reader>>;
+
+/// Checks the crc_num trailers of `readers` on `jobs` threads, streaming each file in windows of
 /// 8 MiB, or under a memory budget (`max_memory`, 0: none) a quarter of it shared by the threads.
-inline void verify_source_crcs(const std::vector<const checkpoint_reader*>& sources, unsigned jobs,
-                               std::uint64_t max_memory = 0) {
+inline void verify_source_crcs(const source_readers& readers, unsigned jobs, std::uint64_t max_memory = 0) {
+  std::vector<const checkpoint_reader*> sources;
+  for (const auto& [r, rd] : readers) sources.push_back(rd.get());
   std::size_t window = std::size_t{8} << 20;
   if (max_memory != 0)
     window = static_cast<std::size_t>(std::clamp<std::uint64_t>(max_memory / (4 * std::max(jobs, 1u)), 64 << 10, window));
@@ -218,12 +255,12 @@ inline void verify_source_crcs(const std::vector<const checkpoint_reader*>& sour
 
 /// The summary's fields about the source files read: their count, total size and filesystems
 /// (filesystem_name: one statfs per device; distinct names, comma-separated).
-inline void describe_sources(transform_summary& s, const std::vector<const checkpoint_reader*>& read) {
+inline void describe_sources(transform_summary& s, const source_readers& read) {
   s.source_files = read.size();
   s.source_bytes = 0;
   std::set<std::string> kinds;
   std::set<dev_t> devices;  // asked already (a file of unknown identity, {0, 0}, is always asked)
-  for (const checkpoint_reader* rd : read) {
+  for (const auto& [r, rd] : read) {
     s.source_bytes += rd->file_size();
     const auto [dev, ino] = rd->file_id();
     if (dev == 0 && ino == 0) {
@@ -234,6 +271,35 @@ inline void describe_sources(transform_summary& s, const std::vector<const check
   }
   s.source_filesystem.clear();
   for (const auto& k : kinds) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + k;
+}
+
+/// How a run ran, as its summary reports it (finish_summary).
+struct run_setting {
+  unsigned jobs = 1;
+  std::uint64_t buffer_bytes = 0;
+  read_mode reads = read_mode::pread;
+  write_mode writes = write_mode::buffered;
+  bool synced = true;
+  std::uint64_t max_memory = 0;
+};
+
+/// The summary's fields known when a run (transform_job, plan_run) ends: its sources
+/// (describe_sources), its casts, its `warnings` before the summary's own (the commit's), how it
+/// ran, the seconds since `start` and the peak resident memory.
+inline void finish_summary(transform_summary& s, const source_readers& read, const std::vector<cast_record>& casts,
+                           const std::vector<std::string>& warnings, const run_setting& how,
+                           std::chrono::steady_clock::time_point start) {
+  describe_sources(s, read);
+  s.casts = casts;
+  s.warnings.insert(s.warnings.begin(), warnings.begin(), warnings.end());
+  s.jobs = how.jobs;
+  s.buffer_bytes = how.buffer_bytes;
+  s.reads = how.reads;
+  s.writes = how.writes;
+  s.synced = how.synced;
+  s.max_memory = how.max_memory;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.peak_rss_bytes = peak_rss_bytes();
 }
 
 /// The target files written at once when `asked` is 0: one per core (two when they are written
@@ -378,11 +444,7 @@ class plan_run {
     }
     if (!o_.manifest.empty()) check_manifest_path(o_.manifest, nodes_, output_files, hf_dirs, o_.force, op_);
     check_output_paths(outputs, nodes_, o_.force, op_);
-    if (o_.verify_crc) {
-      std::vector<const checkpoint_reader*> list;
-      for (const auto& [r, rd] : readers_) list.push_back(rd.get());
-      verify_source_crcs(list, jobs(), o_.max_memory);
-    }
+    if (o_.verify_crc) verify_source_crcs(readers_, jobs(), o_.max_memory);
     phase_ = phase::checked;
   }
 
@@ -400,18 +462,9 @@ class plan_run {
     transform_summary s = std::move(summary_);
     commit_plan_outputs(*staging_, !o_.manifest.empty(), s);
     phase_ = phase::done;
-    std::vector<const checkpoint_reader*> read;
-    for (const auto& [r, rd] : readers_) read.push_back(rd.get());
-    describe_sources(s, read);
-    s.casts = plan_.casts;
-    s.warnings.insert(s.warnings.begin(), plan_.warnings.begin(), plan_.warnings.end());
-    s.jobs = jobs();
-    s.buffer_bytes = o_.buffer_bytes;
-    s.reads = reads();
-    s.synced = o_.sync;
-    s.max_memory = o_.max_memory;
-    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    s.peak_rss_bytes = peak_rss_bytes();
+    finish_summary(s, readers_, plan_.casts, plan_.warnings,
+                   {jobs(), o_.buffer_bytes, reads(), writes_, o_.sync, o_.max_memory},
+                   start_);
     return s;
   }
 
@@ -425,7 +478,7 @@ class plan_run {
   enum class phase : std::uint8_t { created, checked, staged, done };
   phase phase_ = phase::created;
   std::chrono::steady_clock::time_point start_{};
-  std::map<index_t, std::unique_ptr<checkpoint_reader>> readers_;
+  source_readers readers_;
   plan_sources sources_;
   source_node_map nodes_;
   std::unique_ptr<staged_outputs> staging_;  // stage(): the files staged, until commit()

@@ -22,7 +22,9 @@
 // it (a file may store several), must tile the tensor (no gap, no overlap). A target's pieces of
 // such a tensor are its box intersected with each chunk: boxes, not a device matrix, so chunks
 // that are no grid (FSDP's flat ones) are read as exactly. Every tensor is sliced (none is a raw
-// copy); a tensor the target strategy does not list is written whole.
+// copy); a tensor the target strategy does not list is written whole. What is the DCP source's
+// own is its type's (dcp_source::resolve_chunks, check_chunks); a target's pieces of any
+// parameter are one free function (catalogue_pieces), which the catalogue calls.
 //
 // Cost: a source file is opened (its index read) only when a target reads it or a shape is
 // taken from it; planning is O(M + N) per parameter and stage, then O(pieces) per target.
@@ -96,6 +98,68 @@ struct out_item {
   std::string_view name() const { return out.empty() ? source_name() : out; }
 };
 
+/// A piece of a target's box of a sliced parameter: the source rank it is read from, the
+/// piece's box, and the box that rank's file holds (what for_each_item's items are cut into).
+struct catalogue_piece {
+  index_t rank;
+  box where;
+  box held;
+};
+
+/// The lowest owner of source region k of `ps` whose file was given (in `files`); -1 if none.
+inline index_t available_owner(const partition& ps, index_t k, const std::map<index_t, std::filesystem::path>& files) {
+  std::vector<index_t> buf;
+  for (index_t o : ps.owners_of(k, buf))
+    if (files.count(o) != 0) return o;
+  return -1;
+}
+
+/// The pieces of target t's box `tb` of sliced item `it`: (source rank, piece box, source rank's
+/// box). A DCP tensor's: the box cut by the chunks that meet it. Otherwise the transfers to t of
+/// the parameter's plan (the one planner, rank_planner, with the one replica policy,
+/// transform_replica_policy), as pieces. A
+/// planned sender whose file was not given (in `files`: by-rank transforms given other files
+/// than rank_list_for_transform names) is replaced by the lowest owner of the same region whose
+/// file was given: the same bytes. `op` starts the message when none was given.
+inline std::vector<catalogue_piece> catalogue_pieces(const out_item& it, index_t t, const box& tb,
+                                                     const std::map<index_t, std::filesystem::path>& files,
+                                                     const std::string& op) {
+  std::vector<catalogue_piece> out;
+  const param_info& p = *it.p;
+  if (p.chunked) {  // the box cut by the chunks that meet it
+    for (const auto& [r, b] : p.boxes) {
+      const box in = intersect(b, tb);
+      if (volume(in) > 0) out.push_back({r, in, b});
+    }
+    return out;
+  }
+  if (!p.src) {  // not listed in the source strategy: whole in the base file t % M
+    out.push_back({it.base, tb, box{index_list(p.shape.size(), 0), p.shape}});
+    return out;
+  }
+  const rank_planner& rp = it.dst ? *it.dst->planner : *p.whole;
+  std::vector<transfer> xs;
+  rp.receives(t, xs);
+  out.reserve(xs.size());
+  for (const transfer& x : xs) {
+    index_t r = x.src;
+    if (files.count(r) == 0) r = available_owner(rp.source(), rp.source().region_of(r), files);
+    if (r < 0) {
+      std::vector<index_t> buf;
+      std::string ranks;
+      for (index_t o : rp.source().owners_of(rp.source().region_of(x.src), buf)) {
+        if (!ranks.empty()) ranks += ',';
+        ranks += std::to_string(o);  // appended, not "," + ...: GCC 12 -O3 -Wrestrict
+      }
+      report_error(op + ": target rank " + std::to_string(t) + " needs the box " + to_string(x.where) +
+                   " of parameter " + detail::quote_name(p.name) + " from one of the source ranks " + ranks +
+                   ", but no file was given for any of them (rank_list_for_transform lists the files a rank needs)");
+    }
+    out.push_back({r, x.where, rp.source().box_of_rank(r)});
+  }
+  return out;
+}
+
 /// A PyTorch DCP checkpoint as the source of a transform (instead of a strategy and rank files).
 struct dcp_source {
   std::filesystem::path dir;
@@ -127,6 +191,44 @@ struct dcp_source {
     for (const auto& b : metadata->byte_items) names += (names.empty() ? "" : ", ") + quote_name(b.fqn);
     return {dir.string() + ": the DCP byte item" + (metadata->byte_items.size() == 1 ? " " : "s ") + names +
             " (pickled Python objects, not tensors) cannot be written to " + std::string(written) + ": left out"};
+  }
+
+  /// A tensor of the metadata as the catalogue's parameter p (p.chunked): its shape and dtype
+  /// from the metadata, its chunks as boxes of the files that store them (p.boxes, by rank),
+  /// which must tile it (no overlap, no gap); `op` starts the messages.
+  void resolve_chunks(param_info& p, const std::string& op) const {
+    const dcp_tensor& t = *p.chunked;
+    const std::string who = op + ": " + dcp_metadata_path(dir).string() + ": tensor " + detail::quote_name(t.fqn);
+    p.type = t.type;
+    p.type_known = true;
+    p.type_file = dcp_metadata_path(dir).string();
+    p.scalar = t.size.empty();
+    p.shape = index_list(t.size.begin(), t.size.end());
+    std::vector<plan_transfer> chunks;  // as boxes, for the overlap check plans get
+    std::uint64_t covered = 0;
+    for (const auto& c : t.chunks) {
+      const box b{index_list(c.offsets.begin(), c.offsets.end()), index_list(c.sizes.begin(), c.sizes.end())};
+      const index_t r = rank_of(c.storage.relative_path);
+      p.boxes.emplace_back(r, b);
+      chunks.push_back({r, b, 0});
+      covered += static_cast<std::uint64_t>(volume(b));
+    }
+    if (const auto twice = detail::first_overlap(chunks))
+      report_error(who + ": the chunks " + to_string(chunks[twice->first].where) + " and " + to_string(chunks[twice->second].where) +
+                   " overlap (in " + files[static_cast<std::size_t>(chunks[twice->first].rank)] + " and " +
+                   files[static_cast<std::size_t>(chunks[twice->second].rank)] + ")");
+    if (covered != static_cast<std::uint64_t>(volume(p.shape)))
+      report_error(who + ": its chunks hold " + std::to_string(covered) + " of its " + std::to_string(volume(p.shape)) +
+                   " elements " + format_dims(t.size) + " (a gap: the checkpoint is incomplete)");
+    sort_by_rank(p.boxes);
+  }
+  /// The file of source rank r (`rd`, whose reader took its chunks from the metadata, each
+  /// checked against its archive) stores every chunk of p that p.boxes place there.
+  void check_chunks(const param_info& p, index_t r, const checkpoint_reader& rd, const std::string& op) const {
+    for (const auto& [rank, b] : held_boxes(p.boxes, r))
+      if (!rd.find(p.name, b))
+        report_error(op + ": " + rd.path().string() + ": tensor " + detail::quote_name(p.name) + ": no chunk stored at " +
+                     to_string(b));
   }
 
  private:
@@ -168,12 +270,7 @@ class parameter_catalogue {
   /// without a hint a shape comes from the lowest rank of its stage that has a file.
   void set_shape_hint(std::set<index_t> ranks) { shape_hint_ = std::move(ranks); }
 
-  /// A parameter to be sliced and its source, per target (what for_each_item gives).
-  struct piece {
-    index_t rank;
-    box where;
-    box held;
-  };
+  using piece = catalogue_piece;
 
   std::string source_desc() const {
     if (dcp_) return "the DCP checkpoint " + dcp_->dir.string() + " (" + std::to_string(M_) + " data file" + (M_ == 1 ? ")" : "s)");
@@ -370,7 +467,7 @@ class parameter_catalogue {
     const tensor_ref* shape_from = nullptr;
     std::string shape_file;
     if (p.chunked) {
-      resolve_chunked(p);
+      dcp_->resolve_chunks(p, op_);
       shape_file = dcp_metadata_path(dcp_->dir).string();
     } else if (p.src_entries) {
       const staged_layout& s = p.src_entries->front();
@@ -442,35 +539,6 @@ class parameter_catalogue {
     p.resolved = true;
   }
 
-  // A DCP tensor: its shape and dtype from the metadata, its chunks as boxes of their files,
-  // which must tile it.
-  void resolve_chunked(param_info& p) {
-    const dcp_tensor& t = *p.chunked;
-    const std::string who = op_ + ": " + dcp_metadata_path(dcp_->dir).string() + ": tensor " + quote_name(t.fqn);
-    p.type = t.type;
-    p.type_known = true;
-    p.type_file = dcp_metadata_path(dcp_->dir).string();
-    p.scalar = t.size.empty();
-    p.shape = index_list(t.size.begin(), t.size.end());
-    std::vector<plan_transfer> chunks;  // as boxes, for the overlap check plans get
-    std::uint64_t covered = 0;
-    for (const auto& c : t.chunks) {
-      const box b{index_list(c.offsets.begin(), c.offsets.end()), index_list(c.sizes.begin(), c.sizes.end())};
-      const index_t r = dcp_->rank_of(c.storage.relative_path);
-      p.boxes.emplace_back(r, b);
-      chunks.push_back({r, b, 0});
-      covered += static_cast<std::uint64_t>(volume(b));
-    }
-    if (const auto twice = detail::first_overlap(chunks))
-      report_error(who + ": the chunks " + to_string(chunks[twice->first].where) + " and " + to_string(chunks[twice->second].where) +
-                   " overlap (in " + dcp_->files[static_cast<std::size_t>(chunks[twice->first].rank)] + " and " +
-                   dcp_->files[static_cast<std::size_t>(chunks[twice->second].rank)] + ")");
-    if (covered != static_cast<std::uint64_t>(volume(p.shape)))
-      report_error(who + ": its chunks hold " + std::to_string(covered) + " of its " + std::to_string(volume(p.shape)) +
-                   " elements " + format_dims(t.size) + " (a gap: the checkpoint is incomplete)");
-    sort_by_rank(p.boxes);
-  }
-
   // A tensor the transform reads for p: a plain tensor of one dtype (the same in every file).
   void check_tensor(const tensor_ref& e, const std::string& file, param_info& p) {
     const auto who = [&] { return op_ + ": " + file + ": parameter " + quote_name(p.name) + ": "; };
@@ -496,12 +564,7 @@ class parameter_catalogue {
     p.checked[static_cast<std::size_t>(r)] = true;
     const auto& rd = open(r);
     const std::string& file = rd.path().native();
-    if (p.chunked) {  // the reader took its chunks from the metadata, each checked against its archive
-      for (const auto& [rank, b] : held_boxes(p.boxes, r))
-        if (!rd.find(p.name, b))
-          report_error(op_ + ": " + file + ": tensor " + quote_name(p.name) + ": no chunk stored at " + to_string(b));
-      return;
-    }
+    if (p.chunked) return dcp_->check_chunks(p, r, rd, op_);
     const tensor_ref* e = rd.find(p.name);
     if (!e) {
       if (p.src_entries)
@@ -538,46 +601,9 @@ class parameter_catalogue {
     return it.dst->part.box_of_rank(t);
   }
 
-  // The pieces of target t's box of a sliced item: (source rank, piece box, source rank's box).
-  // The transfers to t of the parameter's plan (the one planner, rank_planner, with the one
-  // replica policy, transform_replica_policy), as pieces. A planned sender whose file was not given (by-rank transforms
-  // given other files than rank_list_for_transform names) is replaced by the lowest owner of the
-  // same region whose file was given: the same bytes.
-  std::vector<piece> pieces_of(const out_item& it, index_t t, const box& tb) {
-    std::vector<piece> out;
-    const param_info& p = *it.p;
-    if (p.chunked) {  // the box cut by the chunks that meet it
-      for (const auto& [r, b] : p.boxes) {
-        const box in = intersect(b, tb);
-        if (volume(in) > 0) out.push_back({r, in, b});
-      }
-      return out;
-    }
-    if (!p.src) {  // not listed in the source strategy: whole in the base file t % M
-      out.push_back({it.base, tb, box{index_list(p.shape.size(), 0), p.shape}});
-      return out;
-    }
-    const rank_planner& rp = it.dst ? *it.dst->planner : *p.whole;
-    std::vector<transfer> xs;
-    rp.receives(t, xs);
-    out.reserve(xs.size());
-    for (const transfer& x : xs) {
-      index_t r = x.src;
-      if (!available(r)) r = available_owner(rp.source(), rp.source().region_of(r));
-      if (r < 0) {
-        std::vector<index_t> buf;
-        std::string ranks;
-        for (index_t o : rp.source().owners_of(rp.source().region_of(x.src), buf)) {
-          if (!ranks.empty()) ranks += ',';
-          ranks += std::to_string(o);  // appended, not "," + ...: GCC 12 -O3 -Wrestrict
-        }
-        report_error(op_ + ": target rank " + std::to_string(t) + " needs the box " + to_string(x.where) +
-                     " of parameter " + quote_name(p.name) + " from one of the source ranks " + ranks +
-                     ", but no file was given for any of them (rank_list_for_transform lists the files a rank needs)");
-      }
-      out.push_back({r, x.where, rp.source().box_of_rank(r)});
-    }
-    return out;
+  // The pieces of target t's box `tb` of a sliced item (catalogue_pieces).
+  std::vector<piece> pieces_of(const out_item& it, index_t t, const box& tb) const {
+    return catalogue_pieces(it, t, tb, files_, op_);
   }
 
   // The bytes of target t's box that source rank t's own file holds of sliced item `it`.
@@ -592,15 +618,6 @@ class parameter_catalogue {
     const partition& src = (it.dst ? *it.dst->planner : *p.whole).source();
     return src.has_rank(t) ? static_cast<std::uint64_t>(volume(intersect(src.box_of_rank(t), tb))) * element_size(p.type) : 0;
   }
-
-  // The lowest owner of source region k whose file was given; -1 if none.
-  index_t available_owner(const partition& ps, index_t k) const {
-    std::vector<index_t> buf;
-    for (index_t o : ps.owners_of(k, buf))
-      if (available(o)) return o;
-    return -1;
-  }
-
 
  private:
   strategy_layouts src_, dst_;

@@ -23,6 +23,7 @@
 #include <reshard/layout.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
+#include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
 #include <reshard/io/json_reader.hpp>
@@ -375,14 +376,18 @@ inline checkpoint_plan plan_part(const checkpoint_plan& p, const std::vector<std
   q.crc = p.crc;
   q.chunk_bytes = p.chunk_bytes;
   q.dcp_torch = p.dcp_torch;
-  // a PyTorch DCP directory's `.metadata` lists every target rank's chunks: its targets are not cut
+  // a PyTorch DCP directory this part writes any of is not cut (check_whole_dcp_target)
+  std::set<std::filesystem::path> dcp_dirs;
   for (std::size_t i = 0; i < p.targets.size(); ++i) {
-    if (p.targets[i].format != checkpoint_format::dcp) continue;
+    const plan_target& t = p.targets[i];
+    if (t.format != checkpoint_format::dcp || of[i] != index || !dcp_dirs.insert(t.path).second) continue;
+    std::vector<std::vector<dcp_run_target>> parts(1 + *std::max_element(of.begin(), of.end()));
+    index_t ranks = 0;
     for (std::size_t k = 0; k < p.targets.size(); ++k)
-      if (p.targets[k].path == p.targets[i].path && (of[i] == index) != (of[k] == index))
-        report_error("plan part " + std::to_string(index + 1) + ": the plan writes the PyTorch DCP checkpoint " +
-                     p.targets[i].path.string() + ", whose .metadata lists the chunks of every target rank: it is "
-                     "written by one run of the whole plan, not in parts (run it without --part, or with one process)");
+      if (p.targets[k].format == checkpoint_format::dcp && p.targets[k].path == t.path)
+        parts[of[k]].push_back({p.targets[k].rank, t.path}), ++ranks;
+    check_whole_dcp_target("plan part " + std::to_string(index + 1), t.path, ranks, parts, "parts",
+                           "run it without --part, or with one process");
   }
   std::set<std::string_view> names;
   for (std::size_t i = 0; i < p.targets.size(); ++i) {

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "reshard/error.hpp"
+#include "reshard/io/dcp_writer.hpp"
 #include "reshard/io/manifest.hpp"
 #include "reshard/io/plan_file.hpp"
 #include "reshard/io/summary.hpp"
@@ -376,10 +377,6 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
   // this process's targets and tensor bytes, then everyone's; whether process 0 shows progress
   std::uint64_t counts[3] = {0, 0, me == 0 && opts.progress ? 1u : 0u};
   try {
-    if (opts.format == io::checkpoint_format::dcp && size > 1)  // every process throws: said once, as agreed
-      reshard::report_error(std::string(transform_op) + ": the PyTorch DCP checkpoint " + dst_dir.string() +
-                            ", whose .metadata lists the chunks of every target rank, is written by one process, not " +
-                            std::to_string(size) + " (run it under mpirun -n 1, or without mpirun)");
     std::vector<std::uint64_t> sizes;
     try {
       sizes = io::transform_stage_bytes(src_dir, src_strategy, dst_strategy, opts);
@@ -389,6 +386,15 @@ inline parallel_transform_summary transform_checkpoints(MPI_Comm comm, const std
       sizes.assign(static_cast<std::size_t>(io::strategy_layouts(dst_strategy).ranks()), 0);
     }
     s.shares = io::balance_targets(sizes, static_cast<std::size_t>(size));
+    if (opts.format == io::checkpoint_format::dcp) {  // the same split on every process: said once, as agreed
+      std::vector<std::vector<io::dcp_run_target>> runs;
+      for (const auto& share : s.shares) {
+        auto& run = runs.emplace_back();
+        for (std::int64_t t : share) run.push_back({t, dst_dir});
+      }
+      io::check_whole_dcp_target(transform_op, dst_dir, static_cast<index_t>(sizes.size()), runs, "processes",
+                                 "run it under mpirun -n 1, or without mpirun");
+    }
     const std::vector<std::int64_t>& mine = s.shares[static_cast<std::size_t>(me)];
     if (!mine.empty()) {
       // the source rank directories its targets do not read: each process with targets checks
