@@ -7,11 +7,7 @@
 # written); an unknown mode is bad usage (exit 2). The default --jobs is one per core, two per core
 # with direct writes.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
-SRC=${RESHARD_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-SC="$SRC/verify/python/ms_scenario.py"
-tmp=$(mktemp -d)  # the system's temporary directory: a disk, usually
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"  # $tmp: in the system's temporary directory, a disk usually
 
 scenario retrain_8to4
 strategies+=(--exclude optimizer_name --exclude emb_table)  # a str and a map tensor: only ckpt holds them
