@@ -16,6 +16,7 @@ echo "clang.sh: $cxx -Werror, $jobs jobs, in $build_dir/"
 cmake -S . -B "$build_dir" \
   -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
   -DRESHARD_WERROR=ON \
   -DRESHARD_BUILD_TESTS=ON \
   -DRESHARD_BUILD_FUZZ=ON \

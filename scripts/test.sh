@@ -12,8 +12,13 @@ jobs=${RESHARD_JOBS:-$(nproc)}
 export RC_PARAMS=${RC_PARAMS:-max_success=1000}
 echo "test.sh: RC_PARAMS=$RC_PARAMS, $jobs jobs, in $build_dir/"
 
+# RelWithDebInfo with -g1 (line tables: enough for stack traces and perf) instead of -g: full debug
+# information is most of the code generation time of these template-heavy programs, and nothing
+# here reads it (docs/reliability.md, "CI time"). The same -O2, so the same warnings and the same
+# optimized code are tested.
 cmake -S . -B "$build_dir" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
   -DRESHARD_WERROR=ON \
   -DRESHARD_BUILD_TESTS=ON \
   -DRESHARD_BUILD_BENCH=ON \
