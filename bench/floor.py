@@ -164,10 +164,10 @@ def main(argv):
     t0 = time.perf_counter()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reshard", required=True, help="the reshard program")
-    ap.add_argument("--sizes", default="1G,4G")
+    ap.add_argument("--sizes", default="1G,4G", help="sizes of the large cases ('none': no large cases)")
     ap.add_argument("--cases", default="8rto4r,8cto4r,8rto4c,4to8,8to4")
     ap.add_argument("--dirs", default="/dev/shm,/tmp", help="filesystems of the large cases")
-    ap.add_argument("--scales", default="1024,4096,16384", help="source rank counts of the many-rank cases")
+    ap.add_argument("--scales", default="1024,4096,16384", help="source rank counts of the many-rank cases ('none': none)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each large case")
     ap.add_argument("--scale-runs", type=int, default=3, help="runs of each rank count")
     ap.add_argument("--no-mpi", dest="mpi", action="store_false", help="skip mpirun -n 2")
@@ -186,15 +186,19 @@ def main(argv):
     meta = {"load_avg_start": list(os.getloadavg()), "runs": args.runs, "scale_runs": args.scale_runs,
             "reshard": reshard, "git": scale_ranks.git_state(), "sizes": args.sizes, "cases": args.cases,
             "dirs": args.dirs, "scales": args.scales, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    rc_d, text_d, res_d, meta_d = run_bench(disk, [
-        "--reshard", reshard, "--sizes", args.sizes, "--cases", args.cases, "--dirs", args.dirs,
-        "--runs", str(args.runs), "--variants", "reshard", scratch])
-    scale_argv = ["--reshard", reshard, "--scales", args.scales, "--runs", str(args.scale_runs), "--no-strace"]
-    if args.mpi:
-        scale_argv.append("--mpi")
-    if args.tiny:
-        scale_argv.append("--tiny")
-    rc_s, text_s, res_s, meta_s = run_bench(scale_ranks, scale_argv + [scratch])
+    rc_d, text_d, res_d, meta_d = 0, "", [], {}
+    if args.sizes != "none":
+        rc_d, text_d, res_d, meta_d = run_bench(disk, [
+            "--reshard", reshard, "--sizes", args.sizes, "--cases", args.cases, "--dirs", args.dirs,
+            "--runs", str(args.runs), "--variants", "reshard", scratch])
+    rc_s, text_s, res_s, meta_s = 0, "", [], {}
+    if args.scales != "none":
+        scale_argv = ["--reshard", reshard, "--scales", args.scales, "--runs", str(args.scale_runs), "--no-strace"]
+        if args.mpi:
+            scale_argv.append("--mpi")
+        if args.tiny:
+            scale_argv.append("--tiny")
+        rc_s, text_s, res_s, meta_s = run_bench(scale_ranks, scale_argv + [scratch])
     meta.update(load_avg_end=list(os.getloadavg()), total_s=time.perf_counter() - t0, disk=meta_d, scale_ranks=meta_s)
     rows = rows_of(res_d, res_s)
     if args.json:

@@ -111,3 +111,28 @@ finish() {
   echo "$passed passed, $failed failed"
   [[ $failed -eq 0 ]]
 }
+
+# index_reads_only TRACE DIR: '' when every read call on a file under DIR in the strace log TRACE
+# (strace -y) is the one whole-file pread64 at offset 0 that indexes a small source file (at most
+# 128 KiB: ckpt_file::index_copy_bytes), each file at most once; else what is not. A dry run or
+# --plan-out reads no other bytes of the sources.
+index_reads_only() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import os, re, sys
+trace, d = sys.argv[1], sys.argv[2]
+seen, bad = set(), []
+for line in open(trace):
+    if "<" + d + "/" not in line:
+        continue
+    m = re.search(r"pread64\(\d+<([^>]+)>, .*, (\d+), (\d+)\) = (\d+)", line)
+    if not m:
+        bad.append(line.strip()[:160])
+        continue
+    path, length, offset = m.group(1), int(m.group(2)), int(m.group(3))
+    size = os.path.getsize(path)
+    if offset != 0 or length < size or size > (128 << 10) or path in seen:
+        bad.append(line.strip()[:160])
+    seen.add(path)
+print("; ".join(bad[:3]))
+PYEOF
+}
