@@ -549,10 +549,16 @@ TEST(transform, rank_list_is_reshard_rank_list_per_parameter) {
   const auto params = tutorial();
   write_scenario(dir.path(), params, 8);
   for (index_t t = 0; t < 4; ++t) {
+    // the senders to t of each parameter's plan under the transforms' replica policy (the
+    // nearest replica), and t's own file
     std::set<index_t> want{t % 8};
-    for (const auto& p : params)
-      for (auto r : reshard::rank_list(to_layout(*p.src, p.shape, 0, p.name), to_layout(*p.dst, p.shape, 0, p.name), t))
-        want.insert(r);
+    for (const auto& p : params) {
+      const reshard::rank_planner rp(to_layout(*p.src, p.shape, 0, p.name), to_layout(*p.dst, p.shape, 0, p.name),
+                                     reshard::partition::mode::arithmetic, transform_replica_policy);
+      std::vector<reshard::transfer> xs;
+      rp.receives(t, xs);
+      for (const auto& x : xs) want.insert(x.src);
+    }
     const auto got = rank_list_for_transform(t, dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt");
     EXPECT_EQ(got, std::vector<std::int64_t>(want.begin(), want.end())) << "target " << t;
   }
