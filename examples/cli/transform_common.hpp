@@ -126,8 +126,7 @@ inline void add_write_mode_option(CLI::App* sub, std::string& mode) {
 
 /// The write mode --write-mode names.
 inline io::write_mode write_mode_of(const std::string& name) {
-  return name == "direct" ? io::write_mode::direct : name == "buffered" ? io::write_mode::buffered
-                                                                          : io::write_mode::automatic;
+  return io::write_mode_from(name).value_or(io::write_mode::automatic);  // CLI::IsMember checked the name
 }
 
 /// --dcp-torch 1.13|2 of the commands that can write a PyTorch DCP checkpoint.

@@ -374,6 +374,10 @@ TEST(write_mode, automatic_is_direct_only_for_durable_outputs_on_a_local_disk) {
   EXPECT_EQ(to_string(write_mode::direct), "direct");
   EXPECT_EQ(to_string(write_mode::buffered), "buffered");
   EXPECT_EQ(to_string(write_mode::automatic), "auto");
+  for (write_mode m : {write_mode::automatic, write_mode::buffered, write_mode::direct}) {
+    EXPECT_EQ(write_mode_from(to_string(m)), m);
+  }
+  EXPECT_EQ(write_mode_from("Direct"), std::nullopt);
 }
 
 TEST(filesystem_name, names_the_filesystem_by_its_statfs_magic) {

@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -414,6 +415,13 @@ enum class write_mode : std::uint8_t {
 
 constexpr std::string_view to_string(write_mode m) noexcept {
   return m == write_mode::direct ? "direct" : m == write_mode::buffered ? "buffered" : "auto";
+}
+
+/// The write mode to_string names ("auto", "buffered", "direct"); nullopt for another name.
+constexpr std::optional<write_mode> write_mode_from(std::string_view name) noexcept {
+  for (write_mode m : {write_mode::automatic, write_mode::buffered, write_mode::direct})
+    if (to_string(m) == name) return m;
+  return std::nullopt;
 }
 
 /// The kind of filesystem that holds `path`, by its statfs(2) magic number: "ext4" (ext2/3/4),

@@ -271,10 +271,10 @@ inline transform_summary summary_from_json(const nlohmann::json& j) {
     if (!mode) report_error("transform summary: \"read_mode\" is not auto, mmap or pread");
     s.reads = *mode;
     if (auto w = j.find("write_mode"); w != j.end()) {  // absent from the summaries of earlier versions
-      const std::string name = w->get<std::string>();
-      if (name == "direct") s.writes = write_mode::direct;
-      else if (name == "buffered") s.writes = write_mode::buffered;
-      else report_error("transform summary: \"write_mode\" is not buffered or direct");
+      const auto mode = write_mode_from(w->get<std::string>());  // what ran: never auto
+      if (!mode || *mode == write_mode::automatic)
+        report_error("transform summary: \"write_mode\" is not buffered or direct");
+      s.writes = *mode;
     }
     s.source_filesystem = j.at("source_filesystem").get<std::string>();
     for (const auto& f : j.at("written")) {
