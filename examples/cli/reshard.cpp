@@ -19,6 +19,8 @@
 
 #ifdef RESHARD_CLI_MPI
 #include <mpi.h>
+
+#include "reshard/mpi/launch.hpp"
 #endif
 
 #include "check_plan_command.hpp"
@@ -128,6 +130,8 @@ int main(int argc, char** argv) {
   group = reshard::cli::launcher_environment();
   if (!group.launched) return run(argc, argv);
 #ifdef RESHARD_CLI_MPI
+  // one machine: Open MPI's shared memory, not the fabric probes of its default start (0.2 s)
+  reshard::mpi::use_local_transports();
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &group.index);

@@ -87,13 +87,14 @@ namespace detail {
 inline constexpr const char* transform_op = "transform_checkpoints";
 
 // A process that waits for the others (its share done first) polls without spinning: it
-// sleeps between polls, from 50 µs up to 20 ms, and leaves the core to the processes still
-// working (MPI implementations busy-poll in blocking calls).
+// sleeps between polls, from 50 µs up to 1 ms, and leaves the core to the processes still
+// working (MPI implementations busy-poll in blocking calls). Not longer: a poll costs a few
+// µs, and a pause is time the job may go on waiting after the others are done.
 class idle_backoff {
  public:
   void pause() {
     std::this_thread::sleep_for(pause_);
-    pause_ = std::min<std::chrono::microseconds>(pause_ * 2, std::chrono::milliseconds(20));
+    pause_ = std::min<std::chrono::microseconds>(pause_ * 2, std::chrono::milliseconds(1));
   }
   void reset() { pause_ = std::chrono::microseconds(50); }
 
