@@ -12,7 +12,7 @@ side by side:
                   floor: `cp -r` on tmpfs, `cp -r` + `sync` of every copied file on a disk (reshard
                   fsyncs its outputs, so a durable copy is its floor there)
   scale_ranks.py  the small Megatron-style model saved by M ranks, converted to 3M/4 ranks, for every
-                  --scales, beside `cp -r`, with `--jobs 2` and `mpirun -n 2` (Open MPI), --scale-runs
+                  --scales, beside `cp -r`, with `--jobs 2`, `--jobs 1` and `mpirun -n 2` (Open MPI), --scale-runs
                   times, on tmpfs
 
 Each row gets its target and whether it is met:
@@ -21,7 +21,8 @@ Each row gets its target and whether it is met:
                       disk ("every run": a floor that holds only sometimes is not a floor)
   many ranks          reshard / cp -r <= 1.50 (median)
   mpirun -n 2         faster than one process with one job, and not slower than one with two jobs
-                      (medians)
+                      (medians); once with the transports reshard asks for on one machine, once with
+                      Open MPI's own choice (scale_ranks.py --mpi)
 
 and the bytes its reads took from the source files against the tensor bytes its targets needed
 (summary file_bytes_read / bytes_read of one untimed run; the aim is 1.00). Both benches check
@@ -103,12 +104,16 @@ def rows_of(disk_results, scale_results):
                      "goal": RANKS_TARGET, "target": "≤ %.2fx" % RANKS_TARGET,
                      "met": ratio_of(d, cp) is not None and ratio_of(d, cp) <= RANKS_TARGET,
                      "amp": amplification(r), "rss": d.get("peak_rss_bytes") if d else None})
-        m, j = r.get("mpi"), r.get("jobs2")
-        if scale_ranks.ok(m):
-            vs_one, vs_two = ratio_of(m, d), ratio_of(m, j)
-            rows.append({"label": "%s, mpirun -n 2" % ranks, "short": ["%d→%d" % (r["src_ranks"], r["dst_ranks"]), "mpirun", "-n 2"],
+        one, j = r.get("jobs1", d), r.get("jobs2")  # the floor: one process with one job
+        for key, label, short in (("mpi", "mpirun -n 2", "-n 2"),
+                                  ("mpi_ompi", "mpirun -n 2, Open MPI's transports", "-n 2 ompi")):
+            m = r.get(key)
+            if not scale_ranks.ok(m):
+                continue
+            vs_one, vs_two = ratio_of(m, one), ratio_of(m, j)
+            rows.append({"label": "%s, %s" % (ranks, label), "short": ["%d→%d" % (r["src_ranks"], r["dst_ranks"]), "mpirun", short],
                          "floor": "one process, --jobs 1", "tool": "mpirun -n 2 reshard transform", "reshard": m,
-                         "floor_st": d, "ratio": vs_one, "lo": ratio_of(m, d, "min_s"), "hi": ratio_of(m, d, "max_s"),
+                         "floor_st": one, "ratio": vs_one, "lo": ratio_of(m, one, "min_s"), "hi": ratio_of(m, one, "max_s"),
                          "goal": 1.0, "target": "< 1.00x, and ≤ 1.00x of --jobs 2 (%s)" % (
                              "%.2fx" % vs_two if vs_two is not None else "not run"),
                          "met": vs_one is not None and vs_one < 1.0 and vs_two is not None and vs_two <= 1.0,

@@ -19,12 +19,16 @@ outputs between runs): `cp -r SRC COPY`, `reshard transform` with default flags 
 `--jobs 2`. Wall time is measured around the process (median of the runs reported), peak RSS
 with /usr/bin/time (its ru_maxrss from wait4; without it, os.wait4 on the direct child, which can
 include this Python's own resident set). Then, untimed, each of cp -r and reshard (default flags)
-runs once under `strace -f -c` to count the system calls. With --mpi, `mpirun -n 2
---oversubscribe reshard transform` runs as well (timed like the others).
+runs once under `strace -f -c` to count the system calls. With --mpi, timed like the others:
+one process with `--jobs 1` (what `mpirun -n 2` must beat: two processes of one job each), `mpirun
+-n 2 --oversubscribe reshard transform` (on one machine reshard asks Open MPI for its shared
+memory: reshard/mpi/launch.hpp), the same with `--mca pml ^monitoring` (a messaging layer named,
+which leaves Open MPI its own choice of transports: its default start), and `mpirun -n 2 reshard
+--version` (MPI started and ended, nothing done: the launcher's share of the run).
 
 Checks (any failure: exit status 1): every output file of the default run equals byte for byte
 the file the generator makes for that target rank (its own slicing of the full tensors, framed by
-protobuf); the outputs of --jobs 2 (and of mpirun) equal those of the default run byte for byte;
+protobuf); the outputs of --jobs 2 (and of --jobs 1 and mpirun) equal those of the default run byte for byte;
 a few target files, parsed with protobuf, hold the values of the full tensors sliced by numpy by
 the target layout. A command that fails (non-zero exit) is an error too. A command that exceeds
 --timeout is killed (its whole process group) and reported as "timeout"; that variant is then not
@@ -64,6 +68,7 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SRC_TP, DST_TP = 8, 12
 PREFIX = "checkpoint_"
 SYSCALLS = ["newfstatat", "openat", "madvise", "mmap"]
+MPI_OUTPUTS = ("jobs1", "mpi", "mpi_ompi")  # --mpi: the variants that write outputs (checked against the default run)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -324,8 +329,8 @@ def bench_scale(args, mods, params, fulls, M, skip):
     remove(work)
     os.makedirs(work)
     src, copy = os.path.join(work, "src"), os.path.join(work, "copy")
-    outs = {"default": os.path.join(work, "out_default"), "jobs2": os.path.join(work, "out_jobs2"),
-            "mpi": os.path.join(work, "out_mpi")}
+    outs = {"default": os.path.join(work, "out_default"), "jobs2": os.path.join(work, "out_jobs2")}
+    outs.update({k: os.path.join(work, "out_" + k) for k in MPI_OUTPUTS})
     s_src, s_dst = os.path.join(work, "src_strategy.ckpt"), os.path.join(work, "dst_strategy.ckpt")
     res = {"src_ranks": M, "dst_ranks": N, "src_dev": [M // SRC_TP, SRC_TP], "dst_dev": [N // DST_TP, DST_TP],
            "errors": [], "checks": {}}
@@ -351,14 +356,19 @@ def bench_scale(args, mods, params, fulls, M, skip):
                 ("default", lambda: transform(outs["default"]), outs["default"], None),
                 ("jobs2", lambda: transform(outs["jobs2"], ["--jobs", "2"]), outs["jobs2"], None)]
     if args.mpi:
-        variants.append(("mpi", lambda: ["mpirun", "-n", "2", "--oversubscribe"] + transform(outs["mpi"]),
-                         outs["mpi"], mpi_env))
+        mpirun = ["mpirun", "-n", "2", "--oversubscribe"]
+        variants += [("jobs1", lambda: transform(outs["jobs1"], ["--jobs", "1"]), outs["jobs1"], None),
+                     ("mpi", lambda: mpirun + transform(outs["mpi"]), outs["mpi"], mpi_env),
+                     ("mpi_ompi", lambda: mpirun + ["--mca", "pml", "^monitoring"] + transform(outs["mpi_ompi"]),
+                      outs["mpi_ompi"], mpi_env),
+                     ("mpi_start", lambda: mpirun + [args.reshard, "--version"], None, mpi_env)]
     samples = {k: [] for k, _, _, _ in variants}
     for i in range(args.runs):  # interleaved, so that a change of the machine's load hits every tool alike
         for key, cmd, out, env in variants:
             if key in skip or (samples[key] and samples[key][-1]["status"] != "ok"):
                 continue
-            remove(out)
+            if out:
+                remove(out)
             s = run(cmd(), args.timeout, env)
             samples[key].append(s)
             log("  run %d %-7s %s" % (i + 1, key, "%.3f s, %s" % (s["seconds"], fmt_bytes(s["peak_rss_bytes"]))
@@ -373,7 +383,7 @@ def bench_scale(args, mods, params, fulls, M, skip):
 
     # checks, on the outputs of the last runs
     got = {}
-    for key in ("default", "jobs2", "mpi"):
+    for key in ("default", "jobs2") + MPI_OUTPUTS:
         if key in res and res[key]["status"] == "ok":
             got[key] = digests(outs[key])
     if "default" in got:
@@ -381,7 +391,7 @@ def bench_scale(args, mods, params, fulls, M, skip):
         res["checks"]["default = generator"] = e or "ok"
         e2 = spot_check(mods, outs["default"], params, fulls, N)
         res["checks"]["values (protobuf + numpy)"] = e2 or "ok"
-        for key in ("jobs2", "mpi"):
+        for key in ("jobs2",) + MPI_OUTPUTS:
             if key in got:
                 res["checks"]["%s = default" % key] = compare(got[key], got["default"]) or "ok"
     elif "jobs2" in got:
@@ -458,8 +468,6 @@ def markdown(results, meta):
         "<!-- %s -->" % json.dumps(meta, sort_keys=True), ""]
     head = ["ranks M→N", "source files", "cp -r", "reshard", "reshard / cp -r", "per output file",
             "reshard --jobs 2", "jobs 2 / cp -r", "per output file, jobs 2"]
-    if has_mpi:
-        head += ["mpirun -n 2", "per output file, mpirun"]
     head += ["peak RSS", "peak RSS, jobs 2", "outputs"]
     out += ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 3) + "---|"]
     for r in results:
@@ -470,9 +478,6 @@ def markdown(results, meta):
                fmt_us(d["median_s"] / r["dst_ranks"]) if ok(d) else "",
                cell(j), "%.1fx" % (j["median_s"] / cp["median_s"]) if ok(j) and ok(cp) else "",
                fmt_us(j["median_s"] / r["dst_ranks"]) if ok(j) else ""]
-        if has_mpi:
-            m = r.get("mpi", {})
-            row += [cell(m) if m else "", fmt_us(m["median_s"] / r["dst_ranks"]) if ok(m) else ""]
         checks = r["checks"]
         verdict = "all checks ok" if checks and all(v == "ok" for v in checks.values()) and not r["errors"] else \
             ("**" + "; ".join(r["errors"]) + "**" if r["errors"] else "not checked")
@@ -484,7 +489,23 @@ def markdown(results, meta):
             "generator's (SHA-256), --jobs 2%s wrote the same bytes, and a few files parsed by protobuf hold "
             "numpy's slices of the full tensors." % (
                 meta["runs"], "s" * (meta["runs"] > 1), "the chart divides cp -r's by the M files it copies",
-                " and mpirun" if has_mpi else "")]
+                ", --jobs 1 and mpirun" if has_mpi else "")]
+    if has_mpi:
+        out += ["", "`mpirun -n 2` (one job each) beside one process; the target: faster than `--jobs 1`, and not "
+                "slower than `--jobs 2`:", "",
+                "| ranks M→N | one process, --jobs 1 | --jobs 2 | mpirun -n 2 | / --jobs 1 | / --jobs 2 | "
+                "mpirun -n 2, Open MPI's transports (--mca pml ^monitoring) | mpirun -n 2 reshard --version | "
+                "peak RSS, mpirun (largest process) |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in results:
+            one, two, m = r.get("jobs1", {}), r.get("jobs2", {}), r.get("mpi", {})
+            ratio = lambda a, b: "**%.2fx**" % (a["median_s"] / b["median_s"]) if ok(a) and ok(b) else ""
+            out.append("| " + " | ".join([
+                "%d→%d" % (r["src_ranks"], r["dst_ranks"]), cell(one) if one else "", cell(two), cell(m) if m else "",
+                ratio(m, one), ratio(m, two), cell(r["mpi_ompi"]) if r.get("mpi_ompi") else "",
+                cell(r["mpi_start"]) if r.get("mpi_start") else "", fmt_bytes(m.get("peak_rss_bytes"))]) + " |")
+        out += ["", "reshard --version under mpirun starts and ends MPI and does nothing else: the launcher's "
+                "and MPI's share of the run, which two processes cannot divide."]
     if any(r["strace"] for r in results):
         out += ["", "System calls (`strace -f -c`, one untimed run, default flags), per source file (M) / per "
                 "output file (N); cp -r per copied file:", "",
@@ -603,7 +624,7 @@ def main(argv):
     bad = [e for r in results for e in r["errors"]]
     if args.tiny:
         bad += ["%d ranks: %s %s" % (r["src_ranks"], k, r[k]["status"]) for r in results
-                for k in ("cp", "default", "jobs2", "mpi") if k in r and r[k]["status"] != "ok"]
+                for k in ("cp", "default", "jobs2", "mpi_start") + MPI_OUTPUTS if k in r and r[k]["status"] != "ok"]
         bad += ["%d ranks: no checks ran" % r["src_ranks"] for r in results if not r["checks"]]
     for e in bad:
         log("FAILED: " + e)
