@@ -53,7 +53,10 @@ inline transform_job job_for_targets(const std::filesystem::path& src_dir, const
   for (const auto& t : targets)
     if (t.rank >= 0 && t.rank < dst.ranks()) valid.push_back(t.rank);
   try {
-    hint = detail::needed_sources(valid, src, dst, partition::mode::tabulated);
+    // the tables of a tabulated partition cost O(M + N) a parameter: for the few targets of a
+    // sizing (one per stage) the arithmetic partitions answer at once (as rank_list_for_transform)
+    const bool few = valid.size() * 64 < static_cast<std::size_t>(src.ranks() + dst.ranks());
+    hint = detail::needed_sources(valid, src, dst, few ? partition::mode::arithmetic : partition::mode::tabulated);
     hinted = true;
   } catch (const reshard::error&) {
     // a hint only: the engine reports what is wrong with the strategies

@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -324,14 +325,19 @@ class progress_relay {
 
 // The summaries of all processes merged (io::merge_summaries: every field; `elapsed` is this
 // process's wall time), the same on every process: each process's summary travels as the
-// library's JSON of it (io::to_json, with the tensors of the files written).
+// library's JSON of it (io::to_json, with the tensors of the files written at `level`), made
+// from s.local as it is (not from a copy: with its files' tensors, a copy of it cost more than
+// its JSON at `files`), and the parts read back are moved into the merge, not copied.
 inline void combine(MPI_Comm comm, parallel_transform_summary& s, double elapsed, io::summary_detail level) {
-  io::transform_summary mine = s.local;
-  mine.seconds = elapsed;
+  std::string text;
+  {
+    nlohmann::json mine = io::to_json(s.local, level);
+    mine["seconds"] = elapsed;
+    text = mine.dump();
+  }
   std::vector<io::transform_summary> parts;
-  for (const auto& text : allgather_text(comm, io::to_json(mine, level).dump()))
-    parts.push_back(io::summary_from_json(nlohmann::json::parse(text)));
-  static_cast<io::transform_summary&>(s) = io::merge_summaries(parts);
+  for (const auto& part : allgather_text(comm, text)) parts.push_back(io::summary_from_json(nlohmann::json::parse(part)));
+  static_cast<io::transform_summary&>(s) = io::merge_summaries(std::span<io::transform_summary>(parts), true);
 }
 
 }  // namespace detail
