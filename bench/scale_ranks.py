@@ -574,7 +574,8 @@ def main(argv):
                     help="where the files go (a fresh directory is made in it; default /dev/shm)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--svg", help="write a chart of the time per output file here")
-    ap.add_argument("--mpi", action="store_true", help="also run mpirun -n 2 --oversubscribe reshard transform")
+    ap.add_argument("--mpi", action="store_true", help="also run --jobs 1, mpirun -n 2 --oversubscribe reshard transform "
+                    "(reshard's transports and Open MPI's own) and mpirun -n 2 reshard --version")
     ap.add_argument("--no-strace", dest="strace", action="store_false", help="skip the strace counts")
     ap.add_argument("--tiny", action="store_true", help="scales 16,64 and one run: a smoke test")
     ap.add_argument("--keep", action="store_true", help="keep the generated files")
