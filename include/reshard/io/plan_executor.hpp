@@ -15,7 +15,10 @@
 // a 2x4 grid, where the four targets of a grid row each need a quarter of every row of the same
 // two files) are executed together, chunk round by chunk round (run_targets), and the ranges of
 // one file their chunks need are read as one: each byte once, where alone each target read the
-// rows whole and kept a quarter. Each target of a group gets a share of the job's buffer. With
+// rows whole and kept a quarter. Each target of a group gets a share of the job's buffer. A
+// group that has more than one thread and writes directly to a disk writes each member's chunk c
+// on a thread of its own while it reads chunk c + 1 (assemble, overlap_writes): the writes keep
+// the disk busy while the group reads. With
 // pread, the group's small source files (a few tensors each, as thousands of ranks save) are read
 // whole when it starts, one pread(2) per file instead of one per tensor (read_whole_files).
 //
@@ -212,7 +215,9 @@ class plan_executor {
   /// sliced items round by round, so that a source range several of them need is read once
   /// (read_mode::pread). Each target's items reach its sink in order, open_file() before each
   /// file's first, finish() at the end. `threads` share each round's reads, copies and writes
-  /// (for a group that has the machine's cores to itself). Returns what was done per target: sliced, copied,
+  /// (for a group that has the machine's cores to itself); with more than one, more than one
+  /// target and overlap_writes(true), each target's writes run on a thread of its own beside the
+  /// next round's reads, the group then holding two chunks per target. Returns what was done per target: sliced, copied,
   /// bytes_read (tensor bytes needed from the sources), file_bytes_read (bytes read from the
   /// files; a range read for several targets is counted once, by the first), bytes_written (the
   /// tensor bytes given to the sink). read_mode::pread: the group's small source files are read
@@ -272,6 +277,12 @@ class plan_executor {
   /// the group starts (read_whole_files; on by default). write_plan_targets turns it off under
   /// a memory budget (memory_fit.hpp counts a job's chunk buffer and read scratch, not these).
   void read_small_files_whole(bool on) noexcept { whole_files_ = on; }
+
+  /// Whether a group on more than one thread writes its targets' chunks on threads of their own
+  /// while it reads the next ones (assemble; off by default). write_plan_targets turns it on for
+  /// direct writes, which wait for the disk: without it the disk idles while the group reads.
+  /// Buffered writes are copies into the page cache, work for the same cores as the reads.
+  void overlap_writes(bool on) noexcept { overlap_ = on; }
 
   /// The most bytes of a source file read whole (read_whole_files): above it, its ranges are read
   /// round by round, each at most a chunk buffer, which amortizes the system call.
@@ -451,16 +462,16 @@ class plan_executor {
   // share of the buffer (buffer_bytes / members), so that the group holds what one target did.
   //
   // A group of more than one member with more than one thread (a group that has the jobs to
-  // itself) overlaps its writes with its reads: each member's writer thread writes its chunk c
-  // from one slot while the round's threads read and copy chunks c + 1 into the other slots, and
-  // starts chunk c + 1 once chunk c is written. So as many writes are in flight as there are
-  // members, and the disk is kept busy: without the overlap a disk that the writes wait for
-  // (direct writes) idled while the round read, and the reads waited for the slowest write. The
-  // group then holds two chunks per member (no memory budget has read groups). Each sink still
-  // sees its calls in order, from one thread at a time.
+  // itself) overlaps its writes with its reads when told to (overlap_writes): each member's
+  // writer thread writes its chunk c from one slot while the round's threads read and copy
+  // chunks c + 1 into the other slots, and starts chunk c + 1 once chunk c is written. So as
+  // many writes are in flight as there are members, and the disk is kept busy: without the
+  // overlap a disk that the writes wait for (direct writes) idled while the round read, and the
+  // reads waited for the slowest write. The group then holds two chunks per member (no memory
+  // budget has read groups). Each sink still sees its calls in order, one at a time.
   void assemble(std::span<member> m, std::span<tensor_sink* const> outs, std::span<const std::size_t> who,
                 detail::chunk_round& r, std::span<transform_summary> s) {
-    const bool overlap = r.threads > 1 && m.size() > 1;
+    const bool overlap = overlap_ && r.threads > 1 && m.size() > 1;
     std::size_t rounds = 0;
     for (std::size_t g : who) {
       start_item(m[g], *outs[g], m.size());
@@ -605,6 +616,7 @@ class plan_executor {
   std::uint64_t bytes_done_ = 0;
   std::size_t files_done_ = 0;
   bool whole_files_ = true;  // read_small_files_whole
+  bool overlap_ = false;     // overlap_writes
 };
 
 }  // namespace reshard::io
