@@ -2,7 +2,7 @@
 """`reshard transform` beside the copy floors on a disk and on tmpfs: large checkpoints, few ranks.
 
   disk.py --reshard PATH [--sizes 1G,4G] [--cases 8to4,8to3,4to8,8rto4c,8cto4r,8rto4r] [--dirs /tmp,/dev/shm]
-          [--runs 3] [--variants LABEL,...] [--timeout 1800] [--json OUT] [--tiny] [--keep]
+          [--runs 3] [--variants LABEL,...] [--baseline PATH] [--timeout 1800] [--json OUT] [--tiny] [--keep]
 
 The model: 16 float32 2-D parameters layer<i>.weight of equal shape [R, C] adding up to about the
 size (R a multiple of 24, so that every layout below divides it). The layouts (MindSpore's
@@ -29,6 +29,9 @@ protobuf strategy files are generated. Then, --runs times, interleaved:
                                       --read-mode mmap, --write-mode buffered, --write-mode direct
                                       (--variants: only those whose labels it lists,
                                       e.g. --variants "reshard" for the default flags alone)
+  baseline                            --baseline PATH: another reshard program (the build before a
+                                      change) with default flags, in the same shuffled order, its
+                                      outputs checked byte-identical to the variants'
 
 The outputs are removed between runs, untimed, followed on a disk by `sync` and a second's pause so
 that no write-back of an earlier run falls into the next; the order of the tools is shuffled
@@ -206,8 +209,8 @@ def bench_case(args, fs, work, src, strategies, case, size_label, params, mods, 
     synced = [os.path.join(copy, f) for f in src_files] + \
         sorted({os.path.join(copy, os.path.dirname(f)) for f in src_files}) + [copy]
 
-    def transform(extra=()):
-        return [args.reshard, "transform", "--src-dir", src, "--dst-dir", out, "--src-strategy", strategies[S],
+    def transform(extra=(), program=None):
+        return [program or args.reshard, "transform", "--src-dir", src, "--dst-dir", out, "--src-strategy", strategies[S],
                 "--dst-strategy", strategies[D]] + list(extra)
 
     tools = [("cp -r", ["cp", "-r", src, copy], copy)]
@@ -216,6 +219,8 @@ def bench_case(args, fs, work, src, strategies, case, size_label, params, mods, 
                       + synced, copy))
     for label, extra in args.variants:
         tools.append((label, transform(extra), out))
+    if args.baseline:
+        tools.append(("baseline", transform(program=args.baseline), out))
     res = {"fs": fs["type"], "dir": fs["path"], "case": case, "size": size_label, "src_ranks": M, "dst_ranks": N,
            "shape": params[0][1], "tensor_bytes": sum(math.prod(s) * 4 for _, s in params), "floor": floor,
            "tools": {}, "checks": {}, "errors": []}
@@ -264,7 +269,7 @@ def bench_case(args, fs, work, src, strategies, case, size_label, params, mods, 
     keys = [k for k, _ in args.variants if k in digests]
     if keys:
         first = keys[0]
-        for k in keys[1:]:
+        for k in keys[1:] + (["baseline"] if "baseline" in digests else []):
             res["checks"]["%s = %s" % (k, first)] = scale_ranks.compare(digests[k], digests[first]) or "ok"
         ref = reference.setdefault((size_label, case), (fs["path"], digests[first]))
         if ref[0] != fs["path"]:
@@ -343,9 +348,10 @@ def markdown(results, fss, meta):
                                  "**" + "; ".join(bad) + "**" if bad else
                                  "%d ok (variants byte-identical%s)" % (len(checks), ", values" if any(
                                      k.startswith("values") for _, _, k, _ in checks) else "")), ""]
-    out.append("Load average %.1f at the start, %.1f at the end; %d CPUs; reshard %s (%s); whole run %.0f s." % (
+    out.append("Load average %.1f at the start, %.1f at the end; %d CPUs; reshard %s (%s)%s; whole run %.0f s." % (
         meta["load_avg_start"][0], meta["load_avg_end"][0], meta["cpus"], meta["reshard"]["path"],
-        meta["reshard"]["mtime"], meta["total_s"]) + (
+        meta["reshard"]["mtime"], "; baseline %s" % meta["baseline"] if meta.get("baseline") else "",
+        meta["total_s"]) + (
         " **The reshard program changed during the run: the numbers mix two builds.**"
         if meta["reshard"].get("changed_during_run") else ""))
     return "\n".join(out)
@@ -385,6 +391,8 @@ def main(argv):
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--variants", dest="variants_only", help="run only the reshard variants of these labels (comma-separated, e.g. "
                     "'reshard,reshard --jobs 2'; default: all)")
+    ap.add_argument("--baseline", help="another reshard program (the build before a change), default flags, run "
+                    "interleaved with the others and its outputs compared with theirs")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per command")
     ap.add_argument("--json", help="write the raw results here")
     ap.add_argument("--tiny", action="store_true", help="size 4M, one run, /dev/shm: a smoke test")
@@ -407,6 +415,10 @@ def main(argv):
     except OSError as e:
         ap.error("--reshard: %s" % e)
     args.variants = variants(args.reshard)
+    if args.baseline:
+        args.baseline = os.path.abspath(args.baseline)
+        if not os.access(args.baseline, os.X_OK):
+            ap.error("--baseline: %s is not an executable program" % args.baseline)
     if args.variants_only:
         wanted = args.variants_only.split(",")
         unknown = [w for w in wanted if w not in dict(args.variants)]
@@ -425,6 +437,7 @@ def main(argv):
             "timeout_s": args.timeout, "cases": cases, "sizes": args.sizes, "variants": args.variants,
             "reshard": {"path": args.reshard, "mtime": time.strftime("%Y-%m-%dT%H:%M:%S",
                                                                       time.localtime(st.st_mtime))},
+            "baseline": args.baseline,
             "git": scale_ranks.git_state(), "rss_by": "/usr/bin/time" if scale_ranks.TIME else "os.wait4",
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "filesystems": fss, "generate": []}
     results, errors, reference = [], [], {}

@@ -2,7 +2,8 @@
 """Every case of the copy-floor table in one run, each beside its floor, and a chart of the ratios.
 
   floor.py --reshard PATH [--sizes 1G,4G] [--cases 8rto4r,8cto4r,8rto4c,4to8,8to4] [--dirs /dev/shm,/tmp]
-           [--scales 1024,4096,16384] [--runs 5] [--scale-runs 3] [--json OUT] [--svg OUT] [--tiny]
+           [--scales 1024,4096,16384] [--runs 5] [--scale-runs 3] [--baseline PATH] [--json OUT] [--svg OUT]
+           [--tiny]
 
 It runs the two end-to-end benches in one process, one after the other, and puts their results
 side by side:
@@ -24,7 +25,9 @@ Each row gets its target and whether it is met:
                       (medians); once with the transports reshard asks for on one machine, once with
                       Open MPI's own choice (scale_ranks.py --mpi)
 
-and the bytes its reads took from the source files against the tensor bytes its targets needed
+--baseline PATH runs another reshard program (the build before a change) with default flags beside
+the large cases, interleaved with the others (disk.py --baseline), and adds its ratio to the floor
+to each of their rows. The table gives the bytes its reads took from the source files against the tensor bytes its targets needed
 (summary file_bytes_read / bytes_read of one untimed run; the aim is 1.00). Both benches check
 their outputs (SHA-256 of every file across variants, numpy's slices in sampled targets); any
 failed check or command makes the exit status 1. Progress goes to stderr; the combined table, then
@@ -89,8 +92,11 @@ def rows_of(disk_results, scale_results):
         ratio, lo, hi = ratio_of(st, fl), ratio_of(st, fl, "min_s"), ratio_of(st, fl, "max_s")
         judged = hi if on_disk else ratio  # on a disk every run must be at the floor
         case = disk.CASE_LABELS.get(r["case"], "%d→%d" % (r["src_ranks"], r["dst_ranks"]))
+        base = r["tools"].get("baseline")
         rows.append({"label": "%s, %s, %s" % (case, r["size"], r["fs"]), "short": [SHORT.get(r["case"], r["case"]), r["size"], r["fs"]],
                      "floor": r["floor"], "tool": "reshard transform", "reshard": st, "floor_st": fl,
+                     "base": ratio_of(base, fl), "base_lo": ratio_of(base, fl, "min_s"),
+                     "base_hi": ratio_of(base, fl, "max_s"),
                      "ratio": ratio, "lo": lo, "hi": hi,
                      "goal": DISK_TARGET, "target": "≤ %.2fx%s" % (DISK_TARGET, ", every run" if on_disk else ""),
                      "met": judged is not None and judged <= DISK_TARGET, "amp": amplification(r),
@@ -122,21 +128,27 @@ def rows_of(disk_results, scale_results):
 
 
 def markdown(rows, meta):
+    baseline = any(w.get("base") is not None for w in rows)
     out = ["### Every case beside its floor", "",
-           "| case | floor | floor time | reshard | ratio, median [min–max] | target | met | bytes read / needed | peak RSS |",
-           "|---|---|---:|---:|---:|---|---|---:|---:|"]
+           "| case | floor | floor time | reshard | ratio, median [min–max] | target | met | bytes read / needed | peak RSS |"
+           + (" baseline, median [min–max] |" if baseline else ""),
+           "|---|---|---:|---:|---:|---|---|---:|---:|" + ("---:|" if baseline else "")]
     for w in rows:
-        out.append("| " + " | ".join([
-            w["label"], w["floor"], scale_ranks.cell(w["floor_st"]), scale_ranks.cell(w["reshard"]),
-            "**%.2fx** [%.2f–%.2f]" % (w["ratio"], w["lo"], w["hi"]) if w["ratio"] is not None else "",
-            w["target"], "yes" if w["met"] else "**no**",
-            "%.2f" % w["amp"] if w["amp"] is not None else "", scale_ranks.fmt_bytes(w["rss"])]) + " |")
+        cells = [w["label"], w["floor"], scale_ranks.cell(w["floor_st"]), scale_ranks.cell(w["reshard"]),
+                 "**%.2fx** [%.2f–%.2f]" % (w["ratio"], w["lo"], w["hi"]) if w["ratio"] is not None else "",
+                 w["target"], "yes" if w["met"] else "**no**",
+                 "%.2f" % w["amp"] if w["amp"] is not None else "", scale_ranks.fmt_bytes(w["rss"])]
+        if baseline:
+            cells.append("%.2fx [%.2f–%.2f]" % (w["base"], w["base_lo"], w["base_hi"]) if w.get("base") is not None else "")
+        out.append("| " + " | ".join(cells) + " |")
     met = sum(w["met"] for w in rows)
     out += ["", "%d of %d rows meet their target. Ratio: median of reshard's runs over the floor's median, in "
             "brackets its fastest and slowest run over the same median. Runs: %d per large case, %d per rank "
             "count; load average %.1f at the start, %.1f at the end; whole run %.0f s; reshard %s (git %s)." % (
                 met, len(rows), meta["runs"], meta["scale_runs"], meta["load_avg_start"][0],
-                meta["load_avg_end"][0], meta["total_s"], meta["reshard"], meta["git"])]
+                meta["load_avg_end"][0], meta["total_s"], meta["reshard"], meta["git"])
+            + (" Baseline: %s, default flags, run interleaved with the others, its outputs byte-identical to "
+               "reshard's (checked); its ratio is to the same floor." % meta["baseline"] if baseline else "")]
     return "\n".join(out)
 
 
@@ -176,6 +188,7 @@ def main(argv):
     ap.add_argument("--runs", type=int, default=5, help="runs of each large case")
     ap.add_argument("--scale-runs", type=int, default=3, help="runs of each rank count")
     ap.add_argument("--no-mpi", dest="mpi", action="store_false", help="skip mpirun -n 2")
+    ap.add_argument("--baseline", help="another reshard program (the build before a change) beside the large cases")
     ap.add_argument("--json", help="write every result here")
     ap.add_argument("--svg", help="write the chart of ratios here")
     ap.add_argument("--tiny", action="store_true", help="4M, scales 16,64, one run, /dev/shm: a smoke test")
@@ -189,13 +202,14 @@ def main(argv):
         ap.error("--reshard: %s is not an executable program" % reshard)
     scratch = os.path.dirname(os.path.abspath(args.json)) if args.json else os.getcwd()
     meta = {"load_avg_start": list(os.getloadavg()), "runs": args.runs, "scale_runs": args.scale_runs,
-            "reshard": reshard, "git": scale_ranks.git_state(), "sizes": args.sizes, "cases": args.cases,
+            "reshard": reshard, "baseline": args.baseline and os.path.abspath(args.baseline), "git": scale_ranks.git_state(), "sizes": args.sizes, "cases": args.cases,
             "dirs": args.dirs, "scales": args.scales, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     rc_d, text_d, res_d, meta_d = 0, "", [], {}
     if args.sizes != "none":
         rc_d, text_d, res_d, meta_d = run_bench(disk, [
             "--reshard", reshard, "--sizes", args.sizes, "--cases", args.cases, "--dirs", args.dirs,
-            "--runs", str(args.runs), "--variants", "reshard", scratch])
+            "--runs", str(args.runs), "--variants", "reshard"]
+            + (["--baseline", args.baseline] if args.baseline else []) + [scratch])
     rc_s, text_s, res_s, meta_s = 0, "", [], {}
     if args.scales != "none":
         scale_argv = ["--reshard", reshard, "--scales", args.scales, "--runs", str(args.scale_runs), "--no-strace"]

@@ -1,5 +1,6 @@
 // reshard/parallel.hpp: parallel_for calls every index once, and of several throws reports the
-// one of the lowest index, whatever the threads' timing.
+// one of the lowest index, whatever the threads' timing; background runs its tasks one at a
+// time, in order, and rethrows what they threw.
 #include <reshard/parallel.hpp>
 
 #include <gtest/gtest.h>
@@ -61,4 +62,55 @@ TEST(parallel_for, a_slow_first_failure_wins_over_a_fast_second) {
                            }),
               0);
   }
+}
+
+// background runs its tasks one at a time, in the order started: start() waits for the task
+// before, so each task sees every earlier one done.
+RC_GTEST_PROP(background, runs_its_tasks_one_after_another_in_order, ()) {
+  const auto n = *rc::gen::inRange<std::size_t>(0, 60);
+  std::vector<std::size_t> done;  // no lock: the tasks never run at once
+  std::atomic<int> running{0};
+  bool overlapped = false;
+  {
+    reshard::background b;
+    for (std::size_t i = 0; i < n; ++i)
+      b.start([&, i] {
+        if (running.fetch_add(1) != 0) overlapped = true;
+        std::this_thread::yield();
+        done.push_back(i);
+        running.fetch_sub(1);
+      });
+    b.wait();
+    RC_ASSERT(done.size() == n);
+  }
+  RC_ASSERT(!overlapped);
+  for (std::size_t i = 0; i < n; ++i) RC_ASSERT(done[i] == i);
+}
+
+// What a task threw reaches the caller once, at the next wait() or start(); a start() that
+// rethrows does not start its own task; the destructor waits for the task running.
+TEST(background, rethrows_what_a_task_threw_once) {
+  reshard::background b;
+  b.start([] { throw std::runtime_error("7"); });
+  EXPECT_THROW(b.wait(), std::runtime_error);
+  EXPECT_NO_THROW(b.wait());  // once
+  b.start([] { throw std::runtime_error("8"); });
+  bool ran = false;
+  try {
+    b.start([&] { ran = true; });
+    ADD_FAILURE() << "start() did not rethrow the task before";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "8");
+  }
+  b.wait();
+  EXPECT_FALSE(ran);
+  std::atomic<bool> finished{false};
+  {
+    reshard::background c;
+    c.start([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      finished = true;
+    });
+  }  // the destructor waits
+  EXPECT_TRUE(finished.load());
 }

@@ -75,4 +75,47 @@ void parallel_for(std::size_t n, unsigned threads, F&& f) {
   parallel_for(n, threads, std::forward<F>(f), [] {});
 }
 
+/// One task at a time on a thread of its own while the caller goes on: start(f) runs f there
+/// (on the calling thread, before start returns, when no thread can be made), wait() waits for
+/// it and rethrows what it threw. The destructor waits too, and drops what it threw (the caller
+/// is leaving by an exception of its own). The plan executor writes a chunk round through it
+/// while it reads the next.
+class background {
+ public:
+  background() = default;
+  background(const background&) = delete;
+  background& operator=(const background&) = delete;
+  ~background() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  /// Waits for the task before (rethrowing what it threw), then starts f.
+  template <class F>
+  void start(F&& f) {
+    wait();
+    auto task = [this, f = std::forward<F>(f)]() mutable {
+      try {
+        f();
+      } catch (...) {
+        failed_ = std::current_exception();
+      }
+    };
+    try {
+      thread_ = std::thread(task);
+    } catch (const std::system_error&) {
+      task();
+    }
+  }
+
+  /// Waits for the task started last, if any; rethrows what it threw.
+  void wait() {
+    if (thread_.joinable()) thread_.join();
+    if (failed_) std::rethrow_exception(std::exchange(failed_, nullptr));
+  }
+
+ private:
+  std::thread thread_;
+  std::exception_ptr failed_;
+};
+
 }  // namespace reshard

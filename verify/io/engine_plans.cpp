@@ -23,6 +23,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -37,6 +38,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io_test_util.hpp"
@@ -798,9 +800,11 @@ std::vector<std::vector<std::vector<std::byte>>> execute_in_groups(const checkpo
                                                                    std::uint64_t buffer, read_mode mode,
                                                                    const std::vector<std::vector<std::size_t>>& groups,
                                                                    std::uint64_t& file_bytes, std::uint64_t& needed,
-                                                                   unsigned threads = 1, bool whole = true) {
+                                                                   unsigned threads = 1, bool whole = true,
+                                                                   bool overlap = false) {
   plan_executor run(pl, sources, {1, buffer}, mode, "test");
   run.read_small_files_whole(whole);
+  run.overlap_writes(overlap);
   std::vector<std::vector<std::vector<std::byte>>> out(pl.targets.size());
   file_bytes = needed = 0;
   for (const auto& group : groups) {
@@ -835,7 +839,7 @@ std::vector<index_t> ranks_read(const plan_target& t) {
 
 // Read groups (law E8): read_groups cuts the targets into runs of consecutive targets that read
 // the same source files, each target in exactly one group, at most `most` to a group; executed
-// together (run_targets, its rounds on 1 to 3 threads) a group gives every target the bytes it
+// together (run_targets, its rounds on 1 to 3 threads, its writes beside its reads or not) a group gives every target the bytes it
 // gets alone; in mmap both copy
 // exactly the bytes needed from the mappings, and alone a target reads at least what it needs.
 RC_GTEST_PROP(engine_plans, read_groups_write_what_targets_alone_write, ()) {
@@ -864,7 +868,9 @@ RC_GTEST_PROP(engine_plans, read_groups_write_what_targets_alone_write, ()) {
   std::uint64_t file_alone = 0, file_grouped = 0, need_alone = 0, need_grouped = 0;
   const auto by_one = execute_in_groups(pl, sources, buffer, mode, alone, file_alone, need_alone);
   const unsigned threads = *rc::gen::inRange(1u, 4u);  // a group's rounds shared by threads
-  const auto together = execute_in_groups(pl, sources, buffer, mode, groups, file_grouped, need_grouped, threads);
+  const bool overlap = *rc::gen::arbitrary<bool>();   // and its writes beside its reads
+  const auto together =
+      execute_in_groups(pl, sources, buffer, mode, groups, file_grouped, need_grouped, threads, true, overlap);
   RC_ASSERT(together == by_one);
   RC_ASSERT(need_grouped == pl.bytes_read);
   RC_ASSERT(need_alone == pl.bytes_read);
@@ -884,7 +890,9 @@ RC_GTEST_PROP(engine_plans, read_groups_write_what_targets_alone_write, ()) {
 // whole, once per group (plan_executor::read_small_files_whole), so a group reads each of its
 // files once and alone each target reads them again; the rows are read range by range when
 // files are not read whole.
-TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
+namespace {
+// 4 row blocks of an int64 [8, 256] written as a 2x4 grid: read groups of 4 targets each.
+scenario grid_scenario() {
   scenario s;
   s.src.dev = {4};
   s.dst.dev = {2, 4};
@@ -898,6 +906,12 @@ TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
   d.tensor_map = {{1}, {0}};
   p.dst = {0, d};
   s.params.push_back(p);
+  return s;
+}
+}  // namespace
+
+TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
+  const scenario s = grid_scenario();
   const planned run_of(s);
   const checkpoint_plan& pl = run_of.plan();
   const plan_sources& sources = run_of.sources;
@@ -950,4 +964,116 @@ TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
       transform_checkpoints(dir / "src", dir / "budget", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
                             {.jobs = 1, .sync = false, .max_memory = std::uint64_t{1} << 40});
   EXPECT_EQ(budget.file_bytes_read, ranges_alone);
+}
+
+namespace {
+// A memory sink that checks the executor's calls: it notes a call that starts while another call
+// to it is running (`overlapped`), and its append number `fail_at` (0: none) throws.
+class checked_sink final : public tensor_sink {
+ public:
+  checked_sink(const tensor_allocator& allocate, index_t rank, std::size_t fail_at)
+      : out_(allocate, rank), fail_at_(fail_at) {}
+  void open_file(std::size_t k) override { call([&] { out_.open_file(k); }); }
+  void begin(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) override {
+    call([&] { out_.begin(name, type, dims, bytes); });
+  }
+  std::byte* direct(std::size_t n) override {
+    std::byte* p = nullptr;
+    call([&] { p = out_.direct(n); });
+    return p;
+  }
+  void append(std::span<const std::byte> b) override {
+    call([&] {
+      if (++appends_ == fail_at_) throw reshard::error("checked_sink: append " + std::to_string(appends_) + " fails");
+      std::this_thread::yield();  // a call that lasts: another one running beside it would be seen
+      out_.append(b);
+    });
+  }
+  void end() override { call([&] { out_.end(); }); }
+  void finish() override { call([&] { out_.finish(); }); }
+
+  bool overlapped() const noexcept { return overlapped_.load(); }
+
+ private:
+  template <class F>
+  void call(F&& f) {
+    if (inside_.exchange(true)) overlapped_ = true;
+    try {
+      f();
+    } catch (...) {
+      inside_ = false;
+      throw;
+    }
+    inside_ = false;
+  }
+  memory_sink out_;
+  std::size_t fail_at_;
+  std::size_t appends_ = 0;
+  std::atomic<bool> inside_{false};
+  std::atomic<bool> overlapped_{false};
+};
+}  // namespace
+
+// A read group on more than one thread told to overlap its writes (plan_executor::overlap_writes)
+// writes each member's chunks on a thread of its own while it reads the next ones. Each sink must still see its calls in order
+// and one at a time, every target must get what it gets alone, with many chunk rounds (a 64-byte
+// buffer: chunks of 2 elements) and one, and a sink that fails in the middle of the rounds fails
+// the run with its own error (the other members' writes waited for, nothing left running).
+TEST(engine_plans, a_groups_writes_overlap_its_reads_one_call_at_a_time_per_sink) {
+  const planned run_of(grid_scenario());
+  const checkpoint_plan& pl = run_of.plan();
+  const auto groups = read_groups(pl, 8);
+  ASSERT_EQ(groups.size(), 2u);
+  std::vector<std::vector<std::size_t>> alone;
+  for (std::size_t i = 0; i < pl.targets.size(); ++i) alone.push_back({i});
+  for (const std::uint64_t buffer : {std::uint64_t{64}, std::uint64_t{4} << 20})
+    for (const read_mode mode : {read_mode::pread, read_mode::mmap}) {
+      std::uint64_t file = 0, need = 0;
+      const auto by_one = execute_in_groups(pl, run_of.sources, buffer, mode, alone, file, need);
+      for (unsigned threads = 2; threads <= 4; ++threads) {
+        plan_executor run(pl, run_of.sources, {1, buffer}, mode, "test");
+        run.overlap_writes(true);
+        std::vector<std::vector<std::vector<std::byte>>> out(pl.targets.size());
+        for (const auto& group : groups) {
+          std::deque<tensor_allocator> allocators;
+          std::vector<std::unique_ptr<checked_sink>> sinks;
+          std::vector<tensor_sink*> outs;
+          for (std::size_t i : group) {
+            auto& mine = out[i];
+            const tensor_allocator& allocate = allocators.emplace_back(
+                [&mine](index_t, std::string_view, dtype, std::span<const std::int64_t>, std::uint64_t bytes) {
+                  mine.emplace_back(static_cast<std::size_t>(bytes));
+                  return std::span<std::byte>(mine.back());
+                });
+            sinks.push_back(std::make_unique<checked_sink>(allocate, pl.targets[i].rank, 0));
+            outs.push_back(sinks.back().get());
+          }
+          run.run_targets(group, outs, threads);
+          for (const auto& k : sinks) EXPECT_FALSE(k->overlapped()) << "buffer " << buffer << ", threads " << threads;
+        }
+        EXPECT_EQ(out, by_one) << "buffer " << buffer << ", threads " << threads;
+      }
+    }
+  // a member's sink fails at its 20th append (of 128 chunks): the run fails with that error
+  plan_executor run(pl, run_of.sources, {1, 64}, read_mode::pread, "test");
+  run.overlap_writes(true);
+  std::vector<std::vector<std::byte>> memory;
+  const tensor_allocator allocate = [&memory](index_t, std::string_view, dtype, std::span<const std::int64_t>,
+                                              std::uint64_t bytes) {
+    memory.emplace_back(static_cast<std::size_t>(bytes));
+    return std::span<std::byte>(memory.back());
+  };
+  memory.reserve(64);  // the spans given out stay valid
+  std::vector<std::unique_ptr<checked_sink>> sinks;
+  std::vector<tensor_sink*> outs;
+  for (std::size_t g = 0; g < groups[0].size(); ++g) {
+    sinks.push_back(std::make_unique<checked_sink>(allocate, pl.targets[groups[0][g]].rank, g == 2 ? 20 : 0));
+    outs.push_back(sinks.back().get());
+  }
+  try {
+    run.run_targets(groups[0], outs, 3);
+    ADD_FAILURE() << "a failing sink did not fail the run";
+  } catch (const reshard::error& e) {
+    EXPECT_STREQ(e.what(), "checked_sink: append 20 fails");
+  }
 }

@@ -96,6 +96,7 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   out.prepare();
   plan_executor run(plan, sources, c.exec, c.reads, op, c.progress);
   run.read_small_files_whole(c.read_groups);
+  run.overlap_writes(c.writes == write_mode::direct);
   const file_sink_options fo{plan.crc, plan.chunk_bytes, c.sync ? durability::deferred : durability::none, c.writes,
                              c.digests};
   std::vector<transform_summary> per(plan.targets.size());

@@ -15,7 +15,10 @@
 // a 2x4 grid, where the four targets of a grid row each need a quarter of every row of the same
 // two files) are executed together, chunk round by chunk round (run_targets), and the ranges of
 // one file their chunks need are read as one: each byte once, where alone each target read the
-// rows whole and kept a quarter. Each target of a group gets a share of the job's buffer. With
+// rows whole and kept a quarter. Each target of a group gets a share of the job's buffer. A
+// group that has more than one thread and writes directly to a disk writes each member's chunk c
+// on a thread of its own while it reads chunk c + 1 (assemble, overlap_writes): the writes keep
+// the disk busy while the group reads. With
 // pread, the group's small source files (a few tensors each, as thousands of ranks save) are read
 // whole when it starts, one pread(2) per file instead of one per tensor (read_whole_files).
 //
@@ -212,7 +215,9 @@ class plan_executor {
   /// sliced items round by round, so that a source range several of them need is read once
   /// (read_mode::pread). Each target's items reach its sink in order, open_file() before each
   /// file's first, finish() at the end. `threads` share each round's reads, copies and writes
-  /// (for a group that has the machine's cores to itself). Returns what was done per target: sliced, copied,
+  /// (for a group that has the machine's cores to itself); with more than one, more than one
+  /// target and overlap_writes(true), each target's writes run on a thread of its own beside the
+  /// next round's reads, the group then holding two chunks per target. Returns what was done per target: sliced, copied,
   /// bytes_read (tensor bytes needed from the sources), file_bytes_read (bytes read from the
   /// files; a range read for several targets is counted once, by the first), bytes_written (the
   /// tensor bytes given to the sink). read_mode::pread: the group's small source files are read
@@ -244,7 +249,7 @@ class plan_executor {
         while (m[g].files <= it.file) outs[g]->open_file(m[g].files++);
         m[g].it = &it;
         if (it.raw) {
-          copy_raw(*outs[g], it, m[g].buffer, s[g]);
+          copy_raw(*outs[g], it, m[g].slots[0].buffer, s[g]);
           ++s[g].copied;
         } else {
           sliced.push_back(g);
@@ -272,6 +277,12 @@ class plan_executor {
   /// the group starts (read_whole_files; on by default). write_plan_targets turns it off under
   /// a memory budget (memory_fit.hpp counts a job's chunk buffer and read scratch, not these).
   void read_small_files_whole(bool on) noexcept { whole_files_ = on; }
+
+  /// Whether a group on more than one thread writes its targets' chunks on threads of their own
+  /// while it reads the next ones (assemble; off by default). write_plan_targets turns it on for
+  /// direct writes, which wait for the disk: without it the disk idles while the group reads.
+  /// Buffered writes are copies into the page cache, work for the same cores as the reads.
+  void overlap_writes(bool on) noexcept { overlap_ = on; }
 
   /// The most bytes of a source file read whole (read_whole_files): above it, its ranges are read
   /// round by round, each at most a chunk buffer, which amortizes the system call.
@@ -426,35 +437,53 @@ class plan_executor {
     for (auto p : e.pieces) budget_.touched(it.source_rank, p);
   }
 
-  // One target of a group being executed (run_targets): its buffers, kept from item to item so
-  // that a target's items allocate once, not once each, and the sliced item of the round.
-  struct member {
-    std::vector<std::byte> buffer;  // a chunk assembled (or cast) when the sink takes no direct writes
+  // A chunk of a member being assembled or written: its buffers and where it is.
+  struct chunk_slot {
+    std::vector<std::byte> buffer;  // the chunk assembled (or cast) when the sink takes no direct writes
     std::vector<std::byte> staged;  // with a cast: the chunk in the source's dtype
+    std::byte* to = nullptr;        // the chunk's destination
+    std::uint64_t bytes = 0, out_bytes = 0;  // the chunk in the source's and the output's dtype
+  };
+  // One target of a group being executed (run_targets): its buffers, kept from item to item so
+  // that a target's items allocate once, not once each, and the sliced item of the round. Two
+  // chunk slots when the group's writes overlap its reads (assemble): chunk c is written from
+  // one while chunk c + 1 is assembled in the other.
+  struct member {
+    chunk_slot slots[2];
+    reshard::background writer;             // overlap: writes the member's chunks, one at a time
     std::vector<detail::src_view> views;    // per transfer (the first transfers.size() are the item's)
     std::vector<std::uint64_t> from;  // bytes read per transfer
     std::vector<box> chunks;        // the item's chunks, in target coordinates, in order
     std::size_t files = 0;          // the files opened
     const plan_item* it = nullptr;  // the item of the round
-    std::byte* to = nullptr;        // the current chunk's destination
-    std::uint64_t bytes = 0, out_bytes = 0;  // the current chunk in the source's and the output's dtype
   };
   // The sliced items of the members `who` (m[g].it, one each, the same round), assembled chunk
   // by chunk: chunk c of every one of them, then chunk c + 1. A member's chunks are at most its
   // share of the buffer (buffer_bytes / members), so that the group holds what one target did.
+  //
+  // A group of more than one member with more than one thread (a group that has the jobs to
+  // itself) overlaps its writes with its reads when told to (overlap_writes): each member's
+  // writer thread writes its chunk c from one slot while the round's threads read and copy
+  // chunks c + 1 into the other slots, and starts chunk c + 1 once chunk c is written. So as
+  // many writes are in flight as there are members, and the disk is kept busy: without the
+  // overlap a disk that the writes wait for (direct writes) idled while the round read, and the
+  // reads waited for the slowest write. The group then holds two chunks per member (no memory
+  // budget has read groups). Each sink still sees its calls in order, one at a time.
   void assemble(std::span<member> m, std::span<tensor_sink* const> outs, std::span<const std::size_t> who,
                 detail::chunk_round& r, std::span<transform_summary> s) {
+    const bool overlap = overlap_ && r.threads > 1 && m.size() > 1;
     std::size_t rounds = 0;
     for (std::size_t g : who) {
       start_item(m[g], *outs[g], m.size());
       rounds = std::max(rounds, m[g].chunks.size());
     }
     for (std::size_t c = 0; c < rounds; ++c) {
+      const std::size_t slot = overlap ? c % 2 : 0;
       r.jobs.clear();
       r.view.clear();
       r.owner.clear();
       for (std::size_t g : who)
-        if (c < m[g].chunks.size()) add_chunk_jobs(m[g], g, *outs[g], m[g].chunks[c], r, s[g]);
+        if (c < m[g].chunks.size()) add_chunk_jobs(m[g], m[g].slots[slot], g, *outs[g], m[g].chunks[c], !overlap, r, s[g]);
       if (reads_ == read_mode::pread) {
         detail::read_jobs(
             r, [&](index_t rank) -> const checkpoint_reader& { return source(rank); }, exec_.buffer_bytes,
@@ -467,16 +496,27 @@ class plan_executor {
           s[r.owner[k]].file_bytes_read += n;
         }
       }
-      reshard::parallel_for(who.size(), r.threads, [&](std::size_t w) {  // each member its own sink
-        if (c < m[who[w]].chunks.size()) emit(m[who[w]], *outs[who[w]]);
-      });
+      if (overlap) {  // each member's chunk c written once its chunk c - 1 is
+        for (std::size_t g : who) {
+          member& x = m[g];
+          if (c < x.chunks.size())
+            x.writer.start([this, &x, z = &x.slots[slot], out = outs[g]] { emit(x, *z, *out); });
+        }
+      } else {
+        reshard::parallel_for(who.size(), r.threads, [&](std::size_t w) {  // each member its own sink
+          if (c < m[who[w]].chunks.size()) emit(m[who[w]], m[who[w]].slots[slot], *outs[who[w]]);
+        });
+      }
     }
+    for (std::size_t g : who) m[g].writer.wait();
     for (std::size_t g : who) {
       member& x = m[g];
       outs[g]->end();
       for (std::size_t k = 0; k < x.it->transfers.size(); ++k) counted(x.it->transfers[k].rank, x.from[k]);
-      if (x.buffer.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(x.buffer);
-      if (x.staged.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(x.staged);
+      for (chunk_slot& z : x.slots) {
+        if (z.buffer.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(z.buffer);
+        if (z.staged.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(z.staged);
+      }
     }
     if (r.range.capacity() > 4 * exec_.buffer_bytes) std::vector<std::byte>().swap(r.range);
   }
@@ -526,23 +566,24 @@ class plan_executor {
   // source's mapping (offsets from the content's first stored piece; the others follow it) to the
   // chunk's place: the target's memory, the buffer, or with a cast `staged` in the source's dtype
   // (cast as a whole by emit(), while it is in the cache: one kernel call a chunk, not one a run).
-  void add_chunk_jobs(member& x, std::size_t g, tensor_sink& out, const box& c, detail::chunk_round& r, transform_summary& s) {
+  void add_chunk_jobs(member& x, chunk_slot& z, std::size_t g, tensor_sink& out, const box& c, bool in_place,
+                      detail::chunk_round& r, transform_summary& s) {
     const plan_item& it = *x.it;
     const std::size_t elem = element_size(it.from);
-    x.bytes = static_cast<std::uint64_t>(volume(c)) * elem;
-    x.out_bytes = static_cast<std::uint64_t>(volume(c)) * element_size(it.to);
+    z.bytes = static_cast<std::uint64_t>(volume(c)) * elem;
+    z.out_bytes = static_cast<std::uint64_t>(volume(c)) * element_size(it.to);
     if (it.to != it.from) {
-      x.staged.resize(static_cast<std::size_t>(x.bytes));
-      x.to = x.staged.data();
+      z.staged.resize(static_cast<std::size_t>(z.bytes));
+      z.to = z.staged.data();
     } else {
-      x.to = out.direct(static_cast<std::size_t>(x.bytes));
-      if (!x.to) x.buffer.resize(static_cast<std::size_t>(x.bytes)), x.to = x.buffer.data();
+      z.to = in_place ? out.direct(static_cast<std::size_t>(z.bytes)) : nullptr;
+      if (!z.to) z.buffer.resize(static_cast<std::size_t>(z.bytes)), z.to = z.buffer.data();
     }
     for (std::size_t k = 0; k < it.transfers.size(); ++k) {
       const box in = intersect(it.transfers[k].where, c);
       if (volume(in) == 0) continue;
       const detail::src_view& v = x.views[k];
-      r.jobs.push_back(reshard::detail::make_copy_job(v.e->pieces.front().data(), *v.held, x.to, c, in, elem));
+      r.jobs.push_back(reshard::detail::make_copy_job(v.e->pieces.front().data(), *v.held, z.to, c, in, elem));
       r.view.push_back(&v);
       r.owner.push_back(g);
       const auto n = static_cast<std::uint64_t>(volume(in)) * elem;
@@ -551,14 +592,14 @@ class plan_executor {
     }
   }
 
-  // Member x's assembled chunk to its sink (cast first).
-  void emit(member& x, tensor_sink& out) {
+  // Member x's chunk assembled in slot z to its sink (cast first).
+  void emit(member& x, chunk_slot& z, tensor_sink& out) {
     const plan_item& it = *x.it;
-    if (it.to == it.from) return out.append(std::span<const std::byte>(x.to, static_cast<std::size_t>(x.bytes)));
-    std::byte* o = out.direct(static_cast<std::size_t>(x.out_bytes));
-    if (!o) x.buffer.resize(static_cast<std::size_t>(x.out_bytes)), o = x.buffer.data();
-    const std::span<std::byte> cast_chunk(o, static_cast<std::size_t>(x.out_bytes));
-    cast_elements(std::span<const std::byte>(x.to, static_cast<std::size_t>(x.bytes)), it.from, cast_chunk, it.to);
+    if (it.to == it.from) return out.append(std::span<const std::byte>(z.to, static_cast<std::size_t>(z.bytes)));
+    std::byte* o = out.direct(static_cast<std::size_t>(z.out_bytes));
+    if (!o) z.buffer.resize(static_cast<std::size_t>(z.out_bytes)), o = z.buffer.data();
+    const std::span<std::byte> cast_chunk(o, static_cast<std::size_t>(z.out_bytes));
+    cast_elements(std::span<const std::byte>(z.to, static_cast<std::size_t>(z.bytes)), it.from, cast_chunk, it.to);
     out.append(cast_chunk);
   }
 
@@ -575,6 +616,7 @@ class plan_executor {
   std::uint64_t bytes_done_ = 0;
   std::size_t files_done_ = 0;
   bool whole_files_ = true;  // read_small_files_whole
+  bool overlap_ = false;     // overlap_writes
 };
 
 }  // namespace reshard::io
