@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <string>
@@ -371,6 +372,48 @@ RC_GTEST_PROP(ckpt_roundtrip, read_of_write_is_identity, ()) {
     RC_ASSERT(e.pieces.size() == pieces);
     RC_ASSERT(e.values.size() == pieces);
     for (std::size_t k = 0; k + 1 < e.pieces.size(); ++k) RC_ASSERT(e.pieces[k].size() == opts.chunk_bytes);
+  }
+}
+
+// ckpt_file::find finds every parameter by its name (a table of the names' hashes, searched by
+// binary search) and no other name, also names that share a prefix or differ in one byte; and
+// checkpoint_reader's entries are views of that index, not copies: the same name, dims and
+// pieces, at the same addresses, found through it.
+RC_GTEST_PROP(ckpt_file, find_is_by_exact_name_and_the_reader_views_the_index, ()) {
+  auto tensors = random_tensors();
+  const std::string base = *rc::gen::arbitrary<std::string>();
+  for (std::size_t i = 0, n = tensors.size(); i < n; ++i)  // near names: a shared prefix, one more byte
+    if (*rc::gen::arbitrary<bool>()) {
+      tensor_case t = random_tensor(base + tensors[i].name);
+      if (std::none_of(tensors.begin(), tensors.end(), [&](const tensor_case& x) { return x.name == t.name; }))
+        tensors.push_back(std::move(t));
+    }
+  temp_dir dir;
+  {
+    ckpt_writer w(dir / "r.ckpt");
+    for (const auto& t : tensors) w.write(t.name, t.type, t.dims, t.content);
+    w.commit();
+  }
+  const ckpt_file f(dir / "r.ckpt");
+  const checkpoint_reader rd(dir / "r.ckpt");
+  RC_ASSERT(f.entries().size() == tensors.size());
+  RC_ASSERT(rd.entries().size() == tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    RC_ASSERT(f.find(tensors[i].name) == &f.entries()[i]);
+    for (const std::string& other : {tensors[i].name + "x", tensors[i].name + std::string(1, '\0'), "x" + tensors[i].name})
+      if (std::none_of(tensors.begin(), tensors.end(), [&](const tensor_case& x) { return x.name == other; })) {
+        RC_ASSERT(f.find(other) == nullptr);
+        RC_ASSERT(rd.find(other) == nullptr);
+      }
+    const tensor_ref* e = rd.find(tensors[i].name);
+    RC_ASSERT(e == &rd.entries()[i]);
+    RC_ASSERT(e->ckpt != nullptr);
+    RC_ASSERT(std::string(e->name) == tensors[i].name);
+    RC_ASSERT(e->name.data() == e->ckpt->name.data());  // a view, not a copy
+    RC_ASSERT(e->dims == tensors[i].dims);
+    RC_ASSERT(e->dims.data() == e->ckpt->dims.data());
+    RC_ASSERT(e->pieces.data() == e->ckpt->pieces.data());
+    RC_ASSERT(e->content_size() == tensors[i].content.size());
   }
 }
 

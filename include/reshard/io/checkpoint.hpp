@@ -152,19 +152,42 @@ inline void release_pages(std::span<const std::byte> bytes, std::span<const std:
 
 }  // namespace detail
 
-/// One tensor (or map tensor) of a checkpoint read by checkpoint_reader, in any format.
+/// A tensor's name as checkpoint_reader gives it: a view of the name its file's index holds
+/// (alive as long as the reader), converted to a std::string where one is needed.
+struct name_view : std::string_view {
+  using std::string_view::string_view;
+  name_view(std::string_view s) noexcept : std::string_view(s) {}  // NOLINT: implicit, as string_view's
+  name_view(const std::string& s) noexcept : std::string_view(s) {}  // NOLINT: implicit, as string_view's
+  operator std::string() const { return std::string(data(), size()); }  // NOLINT: implicit
+};
+
+/// Dims (or a DCP chunk's offsets) as checkpoint_reader gives them: a view of its file's index,
+/// compared with and converted to a std::vector<std::int64_t> where one is needed.
+struct dims_view : std::span<const std::int64_t> {
+  using const_iterator = iterator;
+  dims_view() noexcept = default;
+  dims_view(std::span<const std::int64_t> s) noexcept : std::span<const std::int64_t>(s) {}  // NOLINT: implicit
+  dims_view(const std::vector<std::int64_t>& v) noexcept : std::span<const std::int64_t>(v) {}  // NOLINT: implicit
+  std::vector<std::int64_t> to_vector() const { return {begin(), end()}; }
+  operator std::vector<std::int64_t>() const { return to_vector(); }  // NOLINT: implicit
+  friend bool operator==(dims_view a, dims_view b) noexcept { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
+  friend bool operator==(dims_view a, const std::vector<std::int64_t>& b) noexcept { return a == dims_view(b); }
+};
+
+/// One tensor (or map tensor) of a checkpoint read by checkpoint_reader, in any format: views of
+/// the reader's index (nothing is copied per tensor; valid while the reader lives).
 /// `pieces` are the content's byte ranges in the file mapping, in order (several for a ckpt
 /// tensor stored as several Values). Of a DCP file, one entry per chunk stored: `dims` are the
 /// chunk's sizes and `offsets` where it lies in the full tensor (a name may then come several
 /// times); other formats leave `offsets` empty.
 struct tensor_ref {
-  std::string name;
+  name_view name;
   bool map_tensor = false;
   io::dtype type = io::dtype::uint8;
-  std::vector<std::int64_t> dims;
-  std::vector<std::span<const std::byte>> pieces;
+  dims_view dims;
+  std::span<const std::span<const std::byte>> pieces;
   const ckpt_entry* ckpt = nullptr;  ///< the ckpt entry (serialized Values), null for safetensors
-  std::vector<std::int64_t> offsets;  ///< DCP: the chunk's offsets in the full tensor
+  dims_view offsets;                 ///< DCP: the chunk's offsets in the full tensor
 
   std::uint64_t content_size() const noexcept { return detail::content_size(pieces); }
   /// dims [] or MindSpore's scalar dims [0] with one element.
@@ -191,12 +214,18 @@ class checkpoint_reader {
       const std::string relative = path.filename().string();
       dcp_.emplace(dcp_part{std::move(metadata), mapped_file(path, "dcp")});
       const auto& by_file = dcp_->metadata->chunks_by_file;
-      if (const auto mine = by_file.find(relative); mine != by_file.end())
+      if (const auto mine = by_file.find(relative); mine != by_file.end()) {
+        // the chunks' shapes and data spans kept here (reserved: the views below stay valid)
+        dcp_shapes_.reserve(mine->second.size());
+        one_piece_.reserve(mine->second.size());
         for (const auto& [i, k] : mine->second) {  // by tensor, so that a name's chunks are adjacent
           const dcp_tensor& t = dcp_->metadata->tensors[i];
-          const torch_tensor c = dcp_chunk_tensor(dcp_->file, dir, t, k);
-          entries_.push_back({t.fqn, false, t.type, c.shape, {c.data}, nullptr, t.chunks[k].offsets});
+          torch_tensor c = dcp_chunk_tensor(dcp_->file, dir, t, k);
+          one_piece_.push_back(c.data);
+          dcp_shapes_.push_back(std::move(c.shape));
+          entries_.push_back({t.fqn, false, t.type, dcp_shapes_.back(), {&one_piece_.back(), 1}, nullptr, t.chunks[k].offsets});
         }
+      }
     } else if (format_ == checkpoint_format::ckpt) {
       ckpt_.emplace(std::move(path), ckpt_read_options{.verify_crc = false});
       entries_.reserve(ckpt_->entries().size());
@@ -204,11 +233,18 @@ class checkpoint_reader {
         entries_.push_back({e.name, e.map_tensor, e.type, e.dims, e.pieces, &e, {}});
     } else if (format_ == checkpoint_format::hf) {
       hf_ = std::make_unique<hf_checkpoint>(std::move(path));
-      for (const auto& e : hf_->entries())
-        entries_.push_back({e.tensor.name, false, e.tensor.type, e.tensor.shape, {e.tensor.data}, nullptr, {}});
+      one_piece_.reserve(hf_->entries().size());
+      for (const auto& e : hf_->entries()) {
+        one_piece_.push_back(e.tensor.data);
+        entries_.push_back({e.tensor.name, false, e.tensor.type, e.tensor.shape, {&one_piece_.back(), 1}, nullptr, {}});
+      }
     } else {
       st_.emplace(std::move(path));
-      for (const auto& e : st_->entries()) entries_.push_back({e.name, false, e.type, e.shape, {e.data}, nullptr, {}});
+      one_piece_.reserve(st_->entries().size());
+      for (const auto& e : st_->entries()) {
+        one_piece_.push_back(e.data);
+        entries_.push_back({e.name, false, e.type, e.shape, {&one_piece_.back(), 1}, nullptr, {}});
+      }
       st_bytes_ = data_section_st();
     }
     if (!ckpt_) {  // a ckpt file's entries are found through ckpt_file's table (the same order)
@@ -350,7 +386,9 @@ class checkpoint_reader {
     mapped_file file;
   };
   std::optional<dcp_part> dcp_;  // a DCP data file: its checkpoint's metadata, the file mapped
-  std::vector<tensor_ref> entries_;
+  std::vector<tensor_ref> entries_;  // views of the index of ckpt_, st_, hf_ or dcp_, or of:
+  std::vector<std::span<const std::byte>> one_piece_;  // not ckpt: each entry's data, its one piece
+  std::vector<std::vector<std::int64_t>> dcp_shapes_;  // dcp: each chunk's shape
   // keyed by entries_' own names (entries_ is not changed after the constructor); not of a ckpt
   // file, whose entries_ are its ckpt_file's in order, found by that file's table
   std::unordered_map<std::string_view, std::size_t> by_name_;

@@ -37,6 +37,7 @@
 #include <reshard/io/mapped_file.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -164,13 +165,17 @@ inline void check_crc_trailer(std::span<const std::byte> file, std::uint32_t act
                  std::to_string(actual));
 }
 
+// One Value as parsed. Its dims are kept in place (at most ckpt_max_rank): an entry's dims are
+// allocated once, at their final size, not grown element by element for every Value read.
 struct ckpt_piece {
   std::string name;
   bool map_tensor = false;
   dtype type = dtype::uint8;
-  std::vector<std::int64_t> dims;
+  std::array<std::int64_t, ckpt_max_rank> dim_store{};
+  std::size_t rank = 0;
   std::span<const std::byte> content;
   std::span<const std::byte> value;
+  std::span<const std::int64_t> dims() const noexcept { return {dim_store.data(), rank}; }
 };
 
 inline void parse_ckpt_tensor(std::span<const std::byte> bytes, const wire_message::fail_fn& fail, ckpt_piece& p) {
@@ -182,9 +187,9 @@ inline void parse_ckpt_tensor(std::span<const std::byte> bytes, const wire_messa
         m.repeated_varint(tag, "dims", [&](std::uint64_t v) {
           const auto d = static_cast<std::int64_t>(v);
           if (d < 0) m.fail("negative dimension " + std::to_string(d) + " in dims");
-          if (p.dims.size() == ckpt_max_rank)
+          if (p.rank == ckpt_max_rank)
             m.fail("more than " + std::to_string(ckpt_max_rank) + " dims");
-          p.dims.push_back(d);
+          p.dim_store[p.rank++] = d;
         });
         break;
       case 2: {
@@ -313,8 +318,8 @@ inline ckpt_index index_ckpt(std::span<const std::byte> bytes, std::string_view 
       ckpt_entry& e = index.entries.back();
       if (e.map_tensor != p.map_tensor)
         report_error(who() + "consecutive Values mix tensor and maptensor");
-      if (!e.map_tensor && (e.type != p.type || e.dims != p.dims))
-        report_error(who() + "piece " + std::to_string(e.values.size() + 1) + " has dims " + format_dims(p.dims) + " " +
+      if (!e.map_tensor && (e.type != p.type || !std::equal(e.dims.begin(), e.dims.end(), p.dims().begin(), p.dims().end())))
+        report_error(who() + "piece " + std::to_string(e.values.size() + 1) + " has dims " + format_dims(p.dims()) + " " +
                      std::string(ms_name(p.type)) + ", the first piece has " + format_dims(e.dims) + " " +
                      std::string(ms_name(e.type)));
       if (!e.map_tensor) e.pieces.push_back(p.content);
@@ -325,7 +330,7 @@ inline ckpt_index index_ckpt(std::span<const std::byte> bytes, std::string_view 
     e.name = std::move(p.name);
     e.map_tensor = p.map_tensor;
     e.type = p.type;
-    e.dims = std::move(p.dims);
+    e.dims.assign(p.dims().begin(), p.dims().end());
     if (!e.map_tensor) e.pieces.push_back(p.content);
     e.values.push_back(p.value);
     index.entries.push_back(std::move(e));
@@ -378,7 +383,8 @@ class ckpt_file {
   explicit ckpt_file(std::filesystem::path path, ckpt_read_options opts = {})
       : file_(std::move(path), "ckpt", &detail::index_scratch(), index_copy_bytes), index_(index_of(opts)) {
     by_name_.reserve(index_.entries.size());
-    for (std::size_t i = 0; i < index_.entries.size(); ++i) by_name_.emplace(index_.entries[i].name, i);
+    for (std::size_t i = 0; i < index_.entries.size(); ++i) by_name_.push_back({hash(index_.entries[i].name), i});
+    std::sort(by_name_.begin(), by_name_.end());
   }
 
   /// No page of the mapping has been touched yet (indexed from a copy).
@@ -394,8 +400,11 @@ class ckpt_file {
 
   /// The parameter `name`, or nullptr.
   const ckpt_entry* find(std::string_view name) const {
-    auto it = by_name_.find(name);
-    return it == by_name_.end() ? nullptr : &index_.entries[it->second];
+    const std::size_t h = hash(name);
+    for (auto it = std::lower_bound(by_name_.begin(), by_name_.end(), std::pair<std::size_t, std::size_t>{h, 0});
+         it != by_name_.end() && it->first == h; ++it)
+      if (index_.entries[it->second].name == name) return &index_.entries[it->second];
+    return nullptr;
   }
   /// The parameter `name`; reshard::error if absent.
   const ckpt_entry& at(std::string_view name) const {
@@ -421,11 +430,14 @@ class ckpt_file {
     return x;
   }
 
+  static std::size_t hash(std::string_view name) noexcept { return std::hash<std::string_view>{}(name); }
+
   mapped_file file_;
   ckpt_index index_;
-  // keyed by the entries' own names: the entries are not changed after indexing, and a move of
-  // the vector keeps their addresses
-  std::unordered_map<std::string_view, std::size_t> by_name_;
+  // (hash of the name, entry), sorted: one array per file, searched by binary search on the
+  // hash, the names compared only on a hash match (a node per entry, as a hash table keeps,
+  // costs an allocation each and a cache miss on every lookup: thousands of files are indexed)
+  std::vector<std::pair<std::size_t, std::size_t>> by_name_;
 };
 
 struct ckpt_write_options {

@@ -18,9 +18,9 @@
 // rows whole and kept a quarter. Each target of a group gets a share of the job's buffer. A
 // group that has more than one thread and writes directly to a disk writes each member's chunk c
 // on a thread of its own while it reads chunk c + 1 (assemble, overlap_writes): the writes keep
-// the disk busy while the group reads. With
-// pread, the group's small source files (a few tensors each, as thousands of ranks save) are read
-// whole when it starts, one pread(2) per file instead of one per tensor (read_whole_files).
+// the disk busy while the group reads. With pread, the group's small source files (a few tensors
+// each, as thousands of ranks save) of which it takes most are read whole when it starts, one
+// pread(2) per file instead of one per tensor (read_whole_files).
 //
 // Checks: before it reads an item, the executor checks the item against the source file's index
 // (the tensor exists, with the plan's dtype, the dims of the box the plan says the sender holds,
@@ -323,11 +323,14 @@ class plan_executor {
   const checkpoint_reader& source(index_t r) const { return *sources_.at(r); }
 
   // read_mode::pread: reads into w, with one pread(2) each, the source files the sliced items of
-  // `group` read that are small: at most whole_file_bytes (and the job's buffer), and at most 4
-  // times the bytes the group takes from them or 64 KiB (a cluster's rule, chunk_reads.hpp),
-  // while they fit in the job's buffer together. A file of a few tensors is then read once, not
-  // once per tensor. Each file's bytes are counted once, as file_bytes_read of the first member
-  // that reads it. (Not a Hugging Face directory: its shards are files of their own.)
+  // `group` read that are small (at most whole_file_bytes and the job's buffer) and of which the
+  // group takes at least three quarters, while they fit in the job's buffer together. A file of
+  // a few tensors is then read once, not once per tensor, and read whole costs at most a third
+  // more bytes than its ranges; a file the group takes less of is read range by range, so that
+  // the bytes read stay near the bytes needed (measured on tmpfs at 4096 ranks, where a group
+  // takes about a third of each file: no slower, with 2.4 times fewer bytes read;
+  // docs/benchmarks.md). Each file's bytes are counted once, as file_bytes_read of the first
+  // member that reads it. (Not a Hugging Face directory: its shards are files of their own.)
   void read_whole_files(std::span<const std::size_t> group, detail::whole_files& w, std::span<transform_summary> s) {
     struct use {
       index_t rank;
@@ -348,8 +351,7 @@ class plan_executor {
       for (; e < uses.size() && uses[e].rank == uses[i].rank; ++e) need += uses[e].bytes;
       const checkpoint_reader& rd = source(uses[i].rank);
       const std::uint64_t size = rd.format() == checkpoint_format::hf ? 0 : rd.file_size();
-      if (size > 0 && size <= most && size <= std::max<std::uint64_t>(4 * need, std::uint64_t{64} << 10) &&
-          total + size <= exec_.buffer_bytes) {
+      if (size > 0 && size <= most && 4 * need >= 3 * size && total + size <= exec_.buffer_bytes) {
         w.files.push_back({uses[i].rank, static_cast<std::size_t>(total), size});
         s[uses[i].member].file_bytes_read += size;
         total += size;
