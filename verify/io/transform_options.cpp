@@ -225,3 +225,27 @@ TEST(verify_options, merged_split_and_converted_outputs_hf_and_files) {
   EXPECT_EQ(differences(verify_merged_checkpoint(s.dir / "src", s.dir / "nowhere.ckpt", s.src)),
             (std::vector<std::tuple<std::string, std::string, std::string>>{{"nowhere.ckpt", "", "missing file"}}));
 }
+
+// The jobs: default_jobs gives direct writes a second job per core (it waits for the disk), but
+// the CPU-bound work of a run (the sources' CRC check, a load into memory, a verify) takes
+// cpu_jobs of that count: at most one thread per core, fewer only when fewer jobs were asked for
+// (or fitted to a memory budget); the CRC check's windows are sized by those threads.
+TEST(jobs, cpu_bound_work_gets_at_most_one_thread_per_core_also_with_direct_writes) {
+  const unsigned cores = reshard::thread_count(0);
+  for (std::size_t targets : {std::size_t{1}, std::size_t{cores}, std::size_t{2} * cores, std::size_t{64}}) {
+    for (write_mode w : {write_mode::buffered, write_mode::direct}) {
+      const unsigned jobs = default_jobs(0, targets, w);
+      EXPECT_EQ(jobs, std::min<std::size_t>(targets, (w == write_mode::direct ? 2 : 1) * std::size_t{cores}));
+      EXPECT_EQ(cpu_jobs(jobs), std::min<std::size_t>(targets, cores)) << targets << " targets, " << to_string(w);
+      // the CRC windows of a budget of 16 MiB: a quarter of it over those threads, not over the writers
+      EXPECT_EQ(crc_window(std::uint64_t{16} << 20, cpu_jobs(jobs)), (std::size_t{4} << 20) / std::min<std::size_t>(targets, cores));
+    }
+  }
+  for (unsigned asked = 1; asked <= 4 * cores; ++asked) {
+    EXPECT_EQ(default_jobs(asked, 1, write_mode::direct), asked);  // what was asked for is kept
+    EXPECT_EQ(cpu_jobs(asked), std::min(asked, cores));
+  }
+  EXPECT_EQ(cpu_jobs(0), cores);
+  EXPECT_EQ(crc_window(0, 1), std::size_t{8} << 20);
+  EXPECT_EQ(crc_window(1 << 20, 64), std::size_t{64} << 10);  // never under 64 KiB
+}
