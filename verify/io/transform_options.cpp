@@ -249,3 +249,33 @@ TEST(jobs, cpu_bound_work_gets_at_most_one_thread_per_core_also_with_direct_writ
   EXPECT_EQ(crc_window(0, 1), std::size_t{8} << 20);
   EXPECT_EQ(crc_window(1 << 20, 64), std::size_t{64} << 10);  // never under 64 KiB
 }
+
+// write_mode direct where the filesystem refuses the direct writes with EINVAL (injected: every
+// direct write(2) of the process refused, the test-only hook RESHARD_TEST_DIRECT_EINVAL_AFTER=0,
+// detail::direct_refusal_hook()): every file is written buffered instead, the same bytes as a run
+// whose direct writes went through, and the summary still says what the run did: direct writes
+// asked (write_mode), the same files, sizes and SHA-256 digests.
+TEST(write_mode, direct_writes_refused_by_the_filesystem_give_the_same_files_buffered) {
+  scenario s;
+  temp_dir disk(fs::temp_directory_path());  // a disk, usually: O_DIRECT taken at fcntl
+  transform_options o;
+  o.writes = write_mode::direct;
+  o.digests = true;
+  const transform_summary direct = transform_checkpoints(s.dir / "src", disk / "direct", "checkpoint_", s.src, s.dst, o);
+  auto& hook = detail::direct_refusal_hook();
+  const detail::scoped_test_limit refuse(hook, 0);
+  const transform_summary refused = transform_checkpoints(s.dir / "src", disk / "refused", "checkpoint_", s.src, s.dst, o);
+  if (local_disk_filesystem(filesystem_name(disk.path()))) EXPECT_GT(hook.used.load(), 0u) << "no direct write tried";
+  expect_same_tree(disk / "direct", disk / "refused");
+  EXPECT_EQ(refused.writes, write_mode::direct);
+  EXPECT_EQ(refused.files, direct.files);
+  EXPECT_EQ(refused.bytes_written, direct.bytes_written);
+  ASSERT_EQ(refused.written.size(), direct.written.size());
+  for (std::size_t k = 0; k < direct.written.size(); ++k) {
+    EXPECT_EQ(refused.written[k].path.lexically_relative(disk / "refused"),
+              direct.written[k].path.lexically_relative(disk / "direct"));
+    EXPECT_EQ(refused.written[k].bytes, direct.written[k].bytes);
+    EXPECT_EQ(refused.written[k].sha256, direct.written[k].sha256);
+    EXPECT_EQ(refused.written[k].sha256.size(), 64u);
+  }
+}
