@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -252,30 +253,38 @@ TEST(jobs, cpu_bound_work_gets_at_most_one_thread_per_core_also_with_direct_writ
 
 // write_mode direct where the filesystem refuses the direct writes with EINVAL (injected: every
 // direct write(2) of the process refused, the test-only hook RESHARD_TEST_DIRECT_EINVAL_AFTER=0,
-// detail::direct_refusal_hook()): every file is written buffered instead, the same bytes as a run
-// whose direct writes went through, and the summary still says what the run did: direct writes
-// asked (write_mode), the same files, sizes and SHA-256 digests.
+// detail::direct_refusal_hook()): a conversion of a 2.8 MB checkpoint writes its file buffered
+// instead, the same bytes as a run whose direct writes went through, and the summary still says
+// what the run did: direct writes asked (write_mode), the same file, size and SHA-256 digest.
 TEST(write_mode, direct_writes_refused_by_the_filesystem_give_the_same_files_buffered) {
-  scenario s;
   temp_dir disk(fs::temp_directory_path());  // a disk, usually: O_DIRECT taken at fcntl
+  {
+    ckpt_writer w(disk / "src.ckpt");
+    std::vector<float> a(700'000), b(1000);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 65521);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<float>(i);
+    w.write("a", dtype::float32, std::vector<std::int64_t>{700, 1000}, std::as_bytes(std::span(a)));
+    w.write("b", dtype::float32, std::vector<std::int64_t>{1000}, std::as_bytes(std::span(b)));
+    w.commit();
+  }
   transform_options o;
   o.writes = write_mode::direct;
   o.digests = true;
-  const transform_summary direct = transform_checkpoints(s.dir / "src", disk / "direct", "checkpoint_", s.src, s.dst, o);
+  const transform_summary direct = convert_checkpoint(disk / "src.ckpt", disk / "direct.safetensors", o);
   auto& hook = detail::direct_refusal_hook();
   const detail::scoped_test_limit refuse(hook, 0);
-  const transform_summary refused = transform_checkpoints(s.dir / "src", disk / "refused", "checkpoint_", s.src, s.dst, o);
-  if (local_disk_filesystem(filesystem_name(disk.path()))) EXPECT_GT(hook.used.load(), 0u) << "no direct write tried";
-  expect_same_tree(disk / "direct", disk / "refused");
-  EXPECT_EQ(refused.writes, write_mode::direct);
-  EXPECT_EQ(refused.files, direct.files);
-  EXPECT_EQ(refused.bytes_written, direct.bytes_written);
-  ASSERT_EQ(refused.written.size(), direct.written.size());
-  for (std::size_t k = 0; k < direct.written.size(); ++k) {
-    EXPECT_EQ(refused.written[k].path.lexically_relative(disk / "refused"),
-              direct.written[k].path.lexically_relative(disk / "direct"));
-    EXPECT_EQ(refused.written[k].bytes, direct.written[k].bytes);
-    EXPECT_EQ(refused.written[k].sha256, direct.written[k].sha256);
-    EXPECT_EQ(refused.written[k].sha256.size(), 64u);
+  const transform_summary refused = convert_checkpoint(disk / "src.ckpt", disk / "refused.safetensors", o);
+  if (local_disk_filesystem(filesystem_name(disk.path()))) {
+    EXPECT_GE(hook.used.load(), 1u) << "no direct write tried";
   }
+  EXPECT_TRUE(read_bytes(disk / "direct.safetensors") == read_bytes(disk / "refused.safetensors"));
+  EXPECT_GT(fs::file_size(disk / "refused.safetensors"), 2'800'000u);
+  EXPECT_EQ(refused.writes, write_mode::direct);
+  EXPECT_EQ(refused.files, 1u);
+  EXPECT_EQ(refused.bytes_written, direct.bytes_written);
+  EXPECT_EQ(refused.bytes_written, fs::file_size(disk / "refused.safetensors"));
+  ASSERT_EQ(refused.written.size(), 1u);
+  ASSERT_EQ(direct.written.size(), 1u);
+  EXPECT_EQ(refused.written[0].sha256, direct.written[0].sha256);
+  EXPECT_EQ(refused.written[0].sha256.size(), 64u);
 }
