@@ -25,7 +25,7 @@ export RC_PARAMS=${RC_PARAMS:-max_success=200}
 sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 echo "sanitize.sh: g++ with $sanitizers, RC_PARAMS=$RC_PARAMS, $jobs jobs, in $build_dir/"
 
-# -Og, not -O1: these template-heavy tests compile in about 0.6 of -O1's CPU time and run a little
+# -Og, not -O1: these template-heavy tests compile in 0.6 to 0.8 of -O1's CPU time and run a little
 # slower (compiling is nearly all of this script's time: docs/reliability.md, "CI time"); -Og
 # optimizes less than -O1, so no access the sanitizers instrument is optimized away that -O1 would
 # keep. -g1 (line tables, enough for the reports' stack traces) instead of full debug information.
