@@ -254,6 +254,47 @@ RC_GTEST_PROP(atomic_file_writer, writes_publish_their_concatenation_in_every_du
   RC_ASSERT(dir.files() == std::vector<std::string>{"out.bin"});
 }
 
+// A direct write refused with EINVAL (a filesystem or device that takes O_DIRECT at fcntl and
+// then refuses the writes; injected here through the test-only hook RESHARD_TEST_DIRECT_EINVAL_AFTER,
+// detail::direct_refusal_hook()) turns the writer to buffered writes for the rest of the file: the
+// file published is the same bytes, the observer sees every byte once and in order, and the writer
+// says so (direct_refused()) exactly when a refused write was tried.
+RC_GTEST_PROP(atomic_file_writer, a_refused_direct_write_turns_to_buffered_writes_of_the_same_bytes, ()) {
+  const auto mode = *rc::gen::element(durability::sync, durability::deferred, durability::none);
+  const auto allowed = *rc::gen::inRange<std::uint64_t>(0, 3);  // direct writes before the refusal
+  // mostly under one aligned buffer (the refusal at commit), sometimes past one or two of them
+  const auto sizes = *rc::gen::container<std::vector<std::size_t>>(
+      *rc::gen::inRange<std::size_t>(0, 6),
+      rc::gen::weightedOneOf<std::size_t>({{6, rc::gen::inRange<std::size_t>(0, 20000)},
+                                           {1, rc::gen::inRange<std::size_t>((1u << 20) - 4096, (1u << 20) + 4097)}}));
+  std::size_t total = 0;
+  for (auto n : sizes) total += n;
+  std::vector<std::byte> expect(total);
+  for (std::size_t i = 0; i < total; ++i) expect[i] = static_cast<std::byte>((i * 37 + i / 4093) & 0xFF);
+  temp_dir dir(fs::temp_directory_path());
+  auto& hook = detail::direct_refusal_hook();
+  const detail::scoped_test_limit refuse(hook, allowed);
+  std::vector<std::byte> observed;
+  {
+    atomic_file_writer w(dir / "out.bin", false, "test", mode, write_mode::direct);
+    const bool direct = w.direct();  // the filesystem took O_DIRECT (ext4, xfs, btrfs do)
+    w.observe([&](std::span<const std::byte> b) { observed.insert(observed.end(), b.begin(), b.end()); });
+    for (std::size_t at = 0; auto n : sizes) {
+      w.write(std::span<const std::byte>(expect).subspan(at, n));
+      at += n;
+    }
+    w.commit();
+    RC_ASSERT(w.size() == total);
+    // the direct writes tried: one per full MiB buffer, then one for the whole blocks left at commit
+    const std::uint64_t tried = direct ? total / (1u << 20) + (total % (1u << 20) >= 4096 ? 1 : 0) : 0;
+    RC_ASSERT(w.direct_refused() == (tried > allowed));
+    RC_ASSERT(!w.direct());
+  }
+  RC_ASSERT(observed == expect);
+  RC_ASSERT(read_bytes(dir / "out.bin") == expect);
+  RC_ASSERT(dir.files() == std::vector<std::string>{"out.bin"});
+}
+
 TEST(atomic_file_writer, sync_files_fsyncs_and_names_a_missing_file) {
   temp_dir dir;
   std::vector<fs::path> files;

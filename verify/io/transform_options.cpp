@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -224,4 +225,66 @@ TEST(verify_options, merged_split_and_converted_outputs_hf_and_files) {
   // a missing output is reported, not thrown
   EXPECT_EQ(differences(verify_merged_checkpoint(s.dir / "src", s.dir / "nowhere.ckpt", s.src)),
             (std::vector<std::tuple<std::string, std::string, std::string>>{{"nowhere.ckpt", "", "missing file"}}));
+}
+
+// The jobs: default_jobs gives direct writes a second job per core (it waits for the disk), but
+// the CPU-bound work of a run (the sources' CRC check, a load into memory, a verify) takes
+// cpu_jobs of that count: at most one thread per core, fewer only when fewer jobs were asked for
+// (or fitted to a memory budget); the CRC check's windows are sized by those threads.
+TEST(jobs, cpu_bound_work_gets_at_most_one_thread_per_core_also_with_direct_writes) {
+  const unsigned cores = reshard::thread_count(0);
+  for (std::size_t targets : {std::size_t{1}, std::size_t{cores}, std::size_t{2} * cores, std::size_t{64}}) {
+    for (write_mode w : {write_mode::buffered, write_mode::direct}) {
+      const unsigned jobs = default_jobs(0, targets, w);
+      EXPECT_EQ(jobs, std::min<std::size_t>(targets, (w == write_mode::direct ? 2 : 1) * std::size_t{cores}));
+      EXPECT_EQ(cpu_jobs(jobs), std::min<std::size_t>(targets, cores)) << targets << " targets, " << to_string(w);
+      // the CRC windows of a budget of 16 MiB: a quarter of it over those threads, not over the writers
+      EXPECT_EQ(crc_window(std::uint64_t{16} << 20, cpu_jobs(jobs)), (std::size_t{4} << 20) / std::min<std::size_t>(targets, cores));
+    }
+  }
+  for (unsigned asked = 1; asked <= 4 * cores; ++asked) {
+    EXPECT_EQ(default_jobs(asked, 1, write_mode::direct), asked);  // what was asked for is kept
+    EXPECT_EQ(cpu_jobs(asked), std::min(asked, cores));
+  }
+  EXPECT_EQ(cpu_jobs(0), cores);
+  EXPECT_EQ(crc_window(0, 1), std::size_t{8} << 20);
+  EXPECT_EQ(crc_window(1 << 20, 64), std::size_t{64} << 10);  // never under 64 KiB
+}
+
+// write_mode direct where the filesystem refuses the direct writes with EINVAL (injected: every
+// direct write(2) of the process refused, the test-only hook RESHARD_TEST_DIRECT_EINVAL_AFTER=0,
+// detail::direct_refusal_hook()): a conversion of a 2.8 MB checkpoint writes its file buffered
+// instead, the same bytes as a run whose direct writes went through, and the summary still says
+// what the run did: direct writes asked (write_mode), the same file, size and SHA-256 digest.
+TEST(write_mode, direct_writes_refused_by_the_filesystem_give_the_same_files_buffered) {
+  temp_dir disk(fs::temp_directory_path());  // a disk, usually: O_DIRECT taken at fcntl
+  {
+    ckpt_writer w(disk / "src.ckpt");
+    std::vector<float> a(700'000), b(1000);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 65521);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<float>(i);
+    w.write("a", dtype::float32, std::vector<std::int64_t>{700, 1000}, std::as_bytes(std::span(a)));
+    w.write("b", dtype::float32, std::vector<std::int64_t>{1000}, std::as_bytes(std::span(b)));
+    w.commit();
+  }
+  transform_options o;
+  o.writes = write_mode::direct;
+  o.digests = true;
+  const transform_summary direct = convert_checkpoint(disk / "src.ckpt", disk / "direct.safetensors", o);
+  auto& hook = detail::direct_refusal_hook();
+  const detail::scoped_test_limit refuse(hook, 0);
+  const transform_summary refused = convert_checkpoint(disk / "src.ckpt", disk / "refused.safetensors", o);
+  if (local_disk_filesystem(filesystem_name(disk.path()))) {
+    EXPECT_GE(hook.used.load(), 1u) << "no direct write tried";
+  }
+  EXPECT_TRUE(read_bytes(disk / "direct.safetensors") == read_bytes(disk / "refused.safetensors"));
+  EXPECT_GT(fs::file_size(disk / "refused.safetensors"), 2'800'000u);
+  EXPECT_EQ(refused.writes, write_mode::direct);
+  EXPECT_EQ(refused.files, 1u);
+  EXPECT_EQ(refused.bytes_written, direct.bytes_written);
+  EXPECT_EQ(refused.bytes_written, fs::file_size(disk / "refused.safetensors"));
+  ASSERT_EQ(refused.written.size(), 1u);
+  ASSERT_EQ(direct.written.size(), 1u);
+  EXPECT_EQ(refused.written[0].sha256, direct.written[0].sha256);
+  EXPECT_EQ(refused.written[0].sha256.size(), 64u);
 }

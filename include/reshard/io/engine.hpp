@@ -325,9 +325,10 @@ class transform_job {
     RESHARD_EXPECTS(phase_ == phase::created || phase_ == phase::checked, "transform_job: load() after stage()");
     if (phase_ == phase::created) check();
     std::mutex serial;  // the allocator is called by one job at a time
-    plan_executor run(*plan_, sources(), {threads(), exec_.buffer_bytes}, reads(), op_, opts_.progress);
+    const unsigned jobs = cpu_jobs(threads());  // nothing is written: no job waits for a disk
+    plan_executor run(*plan_, sources(), {jobs, exec_.buffer_bytes}, reads(), op_, opts_.progress);
     std::vector<transform_summary> per(plan_->targets.size());
-    reshard::parallel_for(per.size(), threads(), [&](std::size_t i) {
+    reshard::parallel_for(per.size(), jobs, [&](std::size_t i) {
       memory_sink out(allocate, plan_->targets[i].rank, &serial, op_);
       per[i] = run.run_target(i, out);
     });

@@ -75,6 +75,24 @@ inline write_mode run_write_mode(write_mode requested, const std::filesystem::pa
   return resolve_write_mode(requested, first_output, sync, reads == read_mode::mmap);
 }
 
+/// The target files written at once when `asked` is 0: one per core (two when they are written
+/// directly), at most one per target.
+inline unsigned default_jobs(unsigned asked, std::size_t targets, write_mode writes = write_mode::buffered) {
+  if (asked != 0) return asked;
+  // a direct write waits for the disk: a second job per core assembles its chunk meanwhile
+  // (docs/benchmarks.md, "Durable writes": 1 GiB 4 -> 8 on the ext4 disk, 2 jobs 0.68-0.81 s,
+  // 4 jobs 0.54-0.65 s, 8 jobs no faster)
+  const std::size_t per_core = writes == write_mode::direct ? 2 : 1;
+  return static_cast<unsigned>(std::clamp<std::size_t>(targets, 1, per_core * reshard::thread_count(0)));
+}
+
+/// The threads of a run's CPU-bound work (the sources' CRC check, a load into memory, a verify)
+/// in a run of `jobs` jobs (default_jobs; 0: one per core): at most one per core, so never the
+/// second job per core that direct writes get to wait for the disk.
+inline unsigned cpu_jobs(unsigned jobs) noexcept {
+  return std::min(reshard::thread_count(jobs), reshard::thread_count(0));
+}
+
 /// Writes every target of `plan` to staged files of `out` (parallel over targets); the caller
 /// then syncs and commits `out`. Returns the counts (files, sliced, copied, bytes_read,
 /// bytes_written: the files' sizes) and the files written (written), merged over the targets.
@@ -152,7 +170,7 @@ inline void verify_plan_targets(const checkpoint_plan& plan, const plan_sources&
   std::vector<std::vector<verify_mismatch>> per(n);
   std::vector<std::size_t> tensors(n);
   std::vector<std::uint64_t> bytes(n);
-  reshard::parallel_for(n, exec.jobs, [&](std::size_t i) {
+  reshard::parallel_for(n, cpu_jobs(exec.jobs), [&](std::size_t i) {  // compares: CPU-bound
     const plan_target& t = plan.targets[i];
     auto& found = per[i];
     const auto rd = compare_sink::open(t.format == checkpoint_format::dcp ? t.files.front() : t.path, found);
@@ -243,15 +261,22 @@ inline void check_output_paths(const std::vector<output_path>& outputs,
 /// The source files a run opened, by source rank.
 using source_readers = std::map<index_t, std::unique_ptr<checkpoint_reader>>;
 
-/// Checks the crc_num trailers of `readers` on `jobs` threads, streaming each file in windows of
-/// 8 MiB, or under a memory budget (`max_memory`, 0: none) a quarter of it shared by the threads.
+/// The CRC check's window per file: 8 MiB, or under a memory budget (`max_memory`, 0: none) a
+/// quarter of it shared by the `threads` (at least 64 KiB).
+inline std::size_t crc_window(std::uint64_t max_memory, unsigned threads) noexcept {
+  const std::size_t window = std::size_t{8} << 20;
+  if (max_memory == 0) return window;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(max_memory / (4 * std::max(threads, 1u)), 64 << 10, window));
+}
+
+/// Checks the crc_num trailers of `readers` on cpu_jobs(`jobs`) threads, streaming each file in
+/// windows of crc_window(`max_memory`, those threads).
 inline void verify_source_crcs(const source_readers& readers, unsigned jobs, std::uint64_t max_memory = 0) {
   std::vector<const checkpoint_reader*> sources;
   for (const auto& [r, rd] : readers) sources.push_back(rd.get());
-  std::size_t window = std::size_t{8} << 20;
-  if (max_memory != 0)
-    window = static_cast<std::size_t>(std::clamp<std::uint64_t>(max_memory / (4 * std::max(jobs, 1u)), 64 << 10, window));
-  reshard::parallel_for(sources.size(), std::max(jobs, 1u), [&](std::size_t i) { sources[i]->verify_crc(window); });
+  const unsigned threads = cpu_jobs(jobs);
+  const std::size_t window = crc_window(max_memory, threads);
+  reshard::parallel_for(sources.size(), threads, [&](std::size_t i) { sources[i]->verify_crc(window); });
 }
 
 /// The summary's fields about the source files read: their count, total size and filesystems
@@ -301,17 +326,6 @@ inline void finish_summary(transform_summary& s, const source_readers& read, con
   s.max_memory = how.max_memory;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.peak_rss_bytes = peak_rss_bytes();
-}
-
-/// The target files written at once when `asked` is 0: one per core (two when they are written
-/// directly), at most one per target.
-inline unsigned default_jobs(unsigned asked, std::size_t targets, write_mode writes = write_mode::buffered) {
-  if (asked != 0) return asked;
-  // a direct write waits for the disk: a second job per core assembles its chunk meanwhile
-  // (docs/benchmarks.md, "Durable writes": 1 GiB 4 -> 8 on the ext4 disk, 2 jobs 0.68-0.81 s,
-  // 4 jobs 0.54-0.65 s, 8 jobs no faster)
-  const std::size_t per_core = writes == write_mode::direct ? 2 : 1;
-  return static_cast<unsigned>(std::clamp<std::size_t>(targets, 1, per_core * reshard::thread_count(0)));
 }
 
 /// Checks the path a manifest of a run will be written to: not a source file (`sources`: each

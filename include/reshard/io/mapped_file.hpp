@@ -16,7 +16,9 @@
 // Test-only fault injection: with RESHARD_TEST_CRASH_AFTER=N in the environment, the process
 // SIGKILLs itself when its writers have made N units of progress, a unit being one byte written
 // or one rename: the first N units happen, the next does not (see docs/reliability.md). Unset,
-// it costs one relaxed atomic load per write(2) call.
+// it costs one relaxed atomic load per write(2) call. With RESHARD_TEST_DIRECT_EINVAL_AFTER=N, the
+// first N direct writes of atomic_file_writer happen and every later one fails with EINVAL, as on a
+// filesystem that refuses O_DIRECT: the writer turns to buffered writes (direct_refused()).
 #pragma once
 
 #include <reshard/error.hpp>
@@ -180,12 +182,13 @@ class mapped_file {
 };
 
 namespace detail {
-// -- test-only crash injection (RESHARD_TEST_CRASH_AFTER, see the top of this file)
-struct crash_injection {
+// -- test-only fault injection (see the top of this file): a count read once from the
+// environment variable `name` (unset or not a decimal count: off), and what was counted against it
+struct test_limit {
   std::atomic<std::uint64_t> limit{std::numeric_limits<std::uint64_t>::max()};  ///< max = off
   std::atomic<std::uint64_t> used{0};
-  crash_injection() noexcept {
-    if (const char* v = std::getenv("RESHARD_TEST_CRASH_AFTER"); v && *v) {
+  explicit test_limit(const char* name) noexcept {
+    if (const char* v = std::getenv(name); v && *v) {
       char* end = nullptr;
       errno = 0;
       const unsigned long long n = std::strtoull(v, &end, 10);
@@ -193,9 +196,33 @@ struct crash_injection {
     }
   }
 };
-inline crash_injection& crash_hook() noexcept {
-  static crash_injection h;
+// Sets `h` to `limit` from zero used, and off again when it goes (tests drive the hooks in-process).
+struct scoped_test_limit {
+  test_limit& h;
+  scoped_test_limit(test_limit& hook, std::uint64_t limit) noexcept : h(hook) {
+    h.used = 0;
+    h.limit = limit;
+  }
+  scoped_test_limit(const scoped_test_limit&) = delete;
+  scoped_test_limit& operator=(const scoped_test_limit&) = delete;
+  ~scoped_test_limit() { h.limit = std::numeric_limits<std::uint64_t>::max(); }
+};
+// RESHARD_TEST_CRASH_AFTER: units of progress (bytes written, renames) before the process dies
+inline test_limit& crash_hook() noexcept {
+  static test_limit h("RESHARD_TEST_CRASH_AFTER");
   return h;
+}
+// RESHARD_TEST_DIRECT_EINVAL_AFTER: direct write(2)s that happen before every later one fails
+// with EINVAL, as on a filesystem or device that refuses O_DIRECT writes (atomic_file_writer)
+inline test_limit& direct_refusal_hook() noexcept {
+  static test_limit h("RESHARD_TEST_DIRECT_EINVAL_AFTER");
+  return h;
+}
+// True when the injected refusal of direct writes is due (one direct write(2) more is counted).
+inline bool direct_write_refused() noexcept {
+  auto& h = direct_refusal_hook();
+  const std::uint64_t limit = h.limit.load(std::memory_order_relaxed);
+  return limit != std::numeric_limits<std::uint64_t>::max() && h.used.fetch_add(1) >= limit;
 }
 [[noreturn]] inline void crash_now() noexcept {
   ::kill(::getpid(), SIGKILL);
@@ -532,6 +559,7 @@ class atomic_file_writer {
         aligned_(std::move(o.aligned_)),
         aligned_size_(std::exchange(o.aligned_size_, 0)),
         direct_(std::exchange(o.direct_, false)),
+        refused_(o.refused_),
         fd_(std::exchange(o.fd_, -1)),
         size_(o.size_),
         written_(o.written_),
@@ -570,6 +598,8 @@ class atomic_file_writer {
   durability durability_mode() const noexcept { return durability_; }
   /// True while the file is written with O_DIRECT (write_mode::direct, and the filesystem took it).
   bool direct() const noexcept { return direct_; }
+  /// True when a direct write was refused with EINVAL and the writer turned to buffered writes.
+  bool direct_refused() const noexcept { return refused_; }
 
   /// Calls `f` with every byte written from now on, in order (for a digest of the file).
   void observe(std::function<void(std::span<const std::byte>)> f) { observer_ = std::move(f); }
@@ -660,6 +690,7 @@ class atomic_file_writer {
   void flush_direct(std::size_t n) {
     if (n == 0) return;
     if (!write_fd(std::span<const std::byte>(aligned_.get(), n), true)) {
+      refused_ = true;
       stop_direct(true);
       return;
     }
@@ -689,6 +720,7 @@ class atomic_file_writer {
   // returns false, nothing written, when the direct write is refused with EINVAL (the caller
   // turns to buffered writes).
   bool write_fd(std::span<const std::byte> bytes, bool direct = false) {
+    if (direct && detail::direct_write_refused()) return false;  // test-only (the top of this file)
     const std::size_t allowed = static_cast<std::size_t>(detail::crash_allowance(bytes.size()));
     const bool crash = allowed < bytes.size();
     if (crash) {
@@ -734,6 +766,7 @@ class atomic_file_writer {
   std::unique_ptr<std::byte, free_deleter> aligned_;  // write_mode::direct: the aligned buffer
   std::size_t aligned_size_ = 0;                      // bytes in it
   bool direct_ = false;                               // O_DIRECT on fd_
+  bool refused_ = false;                              // a direct write was refused (EINVAL)
   int fd_ = -1;
   std::uint64_t size_ = 0;
   std::uint64_t written_ = 0;  // bytes passed to write(2)
