@@ -190,6 +190,113 @@ inline std::vector<std::vector<std::size_t>> read_groups(const checkpoint_plan& 
 /// The source files of a plan, by rank.
 using plan_sources = std::map<index_t, const checkpoint_reader*>;
 
+/// The source files a plan's execution reads, checked against the plan (plan_executor's sources;
+/// thread-safe, shared by the jobs of a run): every source rank a target reads is open, or an
+/// error names the target; a tensor is found and checked against what the plan says the file
+/// holds before a byte of it is read; the page budget of what the jobs touch (page_budget: each
+/// file's pages released once no target needs it any more); and the tensor bytes taken from
+/// each file. `op` names the workflow in messages.
+class plan_source_files {
+ public:
+  plan_source_files(const checkpoint_plan& plan, plan_sources sources, std::uint64_t budget_bytes, std::string op)
+      : plan_(plan), sources_(std::move(sources)), op_(std::move(op)), budget_(budget_bytes, uses()) {}
+
+  plan_source_files(const plan_source_files&) = delete;
+  plan_source_files& operator=(const plan_source_files&) = delete;
+
+  /// Source rank r's file (one the plan reads).
+  const checkpoint_reader& reader(index_t r) const { return *sources_.at(r); }
+
+  /// The tensor it.source_name of source rank r's file, checked against the plan: present (at
+  /// `held`, the box the plan says the file holds, when given), of the plan's dtype, and with
+  /// held's dims and bytes.
+  const tensor_ref& tensor(index_t r, const plan_item& it, const box* held) const {
+    const checkpoint_reader& rd = reader(r);
+    const tensor_ref* e = held ? rd.find(it.source_name, *held) : rd.find(it.source_name);
+    const auto fail = [&](const std::string& why) {
+      report_error(op_ + ": " + rd.path().string() + ": parameter " + detail::quote_name(it.source_name) + ": " + why +
+                   " (the plan does not match this source file)");
+    };
+    if (!e) fail(rd.find(it.source_name) ? "no chunk stored at " + to_string(*held) : std::string("missing"));
+    if (e->type != it.from)
+      fail("dtype " + std::string(ms_name(e->type)) + ", the plan reads " + std::string(ms_name(it.from)));
+    if (held) {
+      const index_list dims = e->is_scalar() ? index_list{} : index_list(e->dims.begin(), e->dims.end());
+      if (e->is_scalar() != (held->extent.size() == 0) || (!e->is_scalar() && dims != held->extent))
+        fail("dims " + detail::format_dims(e->dims) + ", the plan says the file holds " + to_string(*held));
+      if (e->content_size() != static_cast<std::uint64_t>(volume(held->extent)) * element_size(e->type))
+        fail(std::to_string(e->content_size()) + " bytes, the plan says " + to_string(*held));
+    }
+    return *e;
+  }
+
+  /// A raw item's tensor (tensor()), stored where the plan says: the same pieces at the same
+  /// offsets.
+  const tensor_ref& raw_tensor(const plan_item& it) const {
+    const checkpoint_reader& rd = reader(it.source_rank);
+    const tensor_ref& e = tensor(it.source_rank, it, nullptr);
+    bool same = e.pieces.size() == it.stored.size();
+    for (std::size_t k = 0; same && k < e.pieces.size(); ++k)
+      same = rd.offset_of(e.pieces[k].data()) == it.stored[k].offset && e.pieces[k].size() == it.stored[k].bytes;
+    if (!same)
+      report_error(op_ + ": " + rd.path().string() + ": parameter " + detail::quote_name(it.source_name) +
+                   ": stored elsewhere than the plan says (the plan does not match this source file)");
+    return e;
+  }
+
+  /// `bytes` of tensor data taken from source rank r.
+  void counted(index_t r, std::uint64_t bytes) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    read_by_source_[r] += bytes;
+  }
+
+  /// `range` of source rank r's mapping was read (the page budget; a no-op for pread reads).
+  void touched(index_t r, std::span<const std::byte> range) { budget_.touched(r, range); }
+
+  /// Target i is done: the files no other target needs any more release their pages.
+  void retire(std::size_t i) { budget_.retire(read_by_target_.at(i)); }
+
+  /// The tensor bytes taken from each source file so far, by rank, counted where the executor
+  /// reads them (a raw copy's content, each copy job's box): a run's are the plan's reads
+  /// (plan_source::bytes_read; law E6).
+  std::map<index_t, std::uint64_t> bytes_read_by_source() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return read_by_source_;
+  }
+
+ private:
+  // Per source: the reader and how many targets read it; and each target's sources (read_by_target_).
+  std::map<index_t, std::pair<const checkpoint_reader*, std::int64_t>> uses() {
+    std::map<index_t, std::pair<const checkpoint_reader*, std::int64_t>> u;
+    read_by_target_.resize(plan_.targets.size());
+    for (std::size_t i = 0; i < plan_.targets.size(); ++i) {
+      const plan_target& t = plan_.targets[i];
+      std::vector<index_t>& mine = read_by_target_[i];
+      for (const plan_item& it : t.items) for_each_read(it, [&](index_t r, std::uint64_t) { mine.push_back(r); });
+      std::sort(mine.begin(), mine.end());
+      mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+      for (index_t r : mine) {
+        auto f = sources_.find(r);
+        if (f == sources_.end() || !f->second)
+          report_error(op_ + ": target rank " + std::to_string(t.rank) + " reads source rank " + std::to_string(r) +
+                       ", whose file is not open");
+        auto& e = u[r];
+        e.first = f->second;
+        ++e.second;
+      }
+    }
+    return u;
+  }
+
+  const checkpoint_plan& plan_;
+  plan_sources sources_;
+  std::string op_;
+  std::vector<std::vector<index_t>> read_by_target_;  // each target's source ranks, ascending (before budget_)
+  page_budget budget_;
+  mutable std::mutex mutex_;  // read_by_source_
+  std::map<index_t, std::uint64_t> read_by_source_;
+};
+
 /// Runs the items of a checkpoint plan's targets into sinks. Thread-safe across targets: the
 /// jobs of a run each execute their own targets, sharing the page budget and the progress.
 class plan_executor {
@@ -198,8 +305,8 @@ class plan_executor {
   /// messages; `progress` sees every item written (bytes_total: the plan's bytes_written).
   plan_executor(const checkpoint_plan& plan, plan_sources sources, execution_config exec, read_mode reads,
                 std::string op, std::function<void(const transform_progress&)> progress = {})
-      : plan_(plan), sources_(std::move(sources)), exec_(exec), reads_(reads), op_(std::move(op)),
-        progress_(std::move(progress)), budget_(std::uint64_t{std::max(exec.jobs, 1u)} * exec.buffer_bytes, uses()) {}
+      : plan_(plan), files_(plan, std::move(sources), std::uint64_t{std::max(exec.jobs, 1u)} * exec.buffer_bytes, op),
+        exec_(exec), reads_(reads), op_(std::move(op)), progress_(std::move(progress)) {}
 
   plan_executor(const plan_executor&) = delete;
   plan_executor& operator=(const plan_executor&) = delete;
@@ -267,7 +374,7 @@ class plan_executor {
     for (std::size_t g = 0; g < group.size(); ++g) {
       if (m[g].files == 0) outs[g]->open_file(0);
       outs[g]->finish();
-      budget_.retire(read_by_target_[group[g]]);
+      files_.retire(group[g]);
       report(plan_.targets[group[g]].rank, {}, 0, true);
     }
     return s;
@@ -288,39 +395,11 @@ class plan_executor {
   /// round by round, each at most a chunk buffer, which amortizes the system call.
   static constexpr std::uint64_t whole_file_bytes = std::uint64_t{1} << 20;
 
-  /// The tensor bytes taken from each source file so far, by rank, counted where the executor
-  /// reads them (a raw copy's content, each copy job's box): a run's are the plan's reads
-  /// (plan_source::bytes_read; law E6).
-  std::map<index_t, std::uint64_t> bytes_read_by_source() const {
-    const std::lock_guard<std::mutex> lock(progress_mutex_);
-    return read_by_source_;
-  }
+  /// The tensor bytes taken from each source file so far, by rank (plan_source_files).
+  std::map<index_t, std::uint64_t> bytes_read_by_source() const { return files_.bytes_read_by_source(); }
 
  private:
-  // Per source: the reader and how many targets read it; and each target's sources (read_by_target_).
-  std::map<index_t, std::pair<const checkpoint_reader*, std::int64_t>> uses() {
-    std::map<index_t, std::pair<const checkpoint_reader*, std::int64_t>> u;
-    read_by_target_.resize(plan_.targets.size());
-    for (std::size_t i = 0; i < plan_.targets.size(); ++i) {
-      const plan_target& t = plan_.targets[i];
-      std::vector<index_t>& mine = read_by_target_[i];
-      for (const plan_item& it : t.items) for_each_read(it, [&](index_t r, std::uint64_t) { mine.push_back(r); });
-      std::sort(mine.begin(), mine.end());
-      mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
-      for (index_t r : mine) {
-        auto f = sources_.find(r);
-        if (f == sources_.end() || !f->second)
-          report_error(op_ + ": target rank " + std::to_string(t.rank) + " reads source rank " + std::to_string(r) +
-                       ", whose file is not open");
-        auto& e = u[r];
-        e.first = f->second;
-        ++e.second;
-      }
-    }
-    return u;
-  }
-
-  const checkpoint_reader& source(index_t r) const { return *sources_.at(r); }
+  const checkpoint_reader& source(index_t r) const { return files_.reader(r); }
 
   // read_mode::pread: reads into w, with one pread(2) each, the source files the sliced items of
   // `group` read that are small (at most whole_file_bytes and the job's buffer) and of which the
@@ -363,32 +442,6 @@ class plan_executor {
       source(f.rank).pread_into(std::span<std::byte>(w.bytes.data() + f.at, static_cast<std::size_t>(f.size)), 0);
   }
 
-  // The tensor `name` of source rank r's file, checked against what the plan says of it.
-  const tensor_ref& source_tensor(index_t r, const plan_item& it, const box* held) const {
-    const checkpoint_reader& rd = source(r);
-    const tensor_ref* e = held ? rd.find(it.source_name, *held) : rd.find(it.source_name);
-    const auto fail = [&](const std::string& why) {
-      report_error(op_ + ": " + rd.path().string() + ": parameter " + detail::quote_name(it.source_name) + ": " + why +
-                   " (the plan does not match this source file)");
-    };
-    if (!e) fail(rd.find(it.source_name) ? "no chunk stored at " + to_string(*held) : std::string("missing"));
-    if (e->type != it.from)
-      fail("dtype " + std::string(ms_name(e->type)) + ", the plan reads " + std::string(ms_name(it.from)));
-    if (held) {
-      const index_list dims = e->is_scalar() ? index_list{} : index_list(e->dims.begin(), e->dims.end());
-      if (e->is_scalar() != (held->extent.size() == 0) || (!e->is_scalar() && dims != held->extent))
-        fail("dims " + detail::format_dims(e->dims) + ", the plan says the file holds " + to_string(*held));
-      if (e->content_size() != static_cast<std::uint64_t>(volume(held->extent)) * element_size(e->type))
-        fail(std::to_string(e->content_size()) + " bytes, the plan says " + to_string(*held));
-    }
-    return *e;
-  }
-
-  void counted(index_t r, std::uint64_t bytes) {
-    const std::lock_guard<std::mutex> lock(progress_mutex_);
-    read_by_source_[r] += bytes;
-  }
-
   void report(index_t rank, std::string_view name, std::uint64_t bytes, bool file_done) {
     const std::lock_guard<std::mutex> lock(progress_mutex_);
     bytes_done_ += bytes;
@@ -399,14 +452,7 @@ class plan_executor {
   // A raw item: the stored content as it is (a ckpt entry's serialized Values when the sink
   // takes them and nothing is cast), or cast in steps of whole elements.
   void copy_raw(tensor_sink& out, const plan_item& it, std::vector<std::byte>& buffer, transform_summary& s) {
-    const checkpoint_reader& rd = source(it.source_rank);
-    const tensor_ref& e = source_tensor(it.source_rank, it, nullptr);
-    bool same = e.pieces.size() == it.stored.size();
-    for (std::size_t k = 0; same && k < e.pieces.size(); ++k)
-      same = rd.offset_of(e.pieces[k].data()) == it.stored[k].offset && e.pieces[k].size() == it.stored[k].bytes;
-    if (!same)
-      report_error(op_ + ": " + rd.path().string() + ": parameter " + detail::quote_name(it.source_name) +
-                   ": stored elsewhere than the plan says (the plan does not match this source file)");
+    const tensor_ref& e = files_.raw_tensor(it);
     const dtype to = it.to;
     if (to != e.type) {  // cast: in steps of whole elements, from the mapping into the buffer
       const std::size_t in = element_size(e.type), o = element_size(to);
@@ -435,8 +481,8 @@ class plan_executor {
     }
     s.bytes_read += e.content_size();
     s.file_bytes_read += e.content_size();
-    counted(it.source_rank, e.content_size());
-    for (auto p : e.pieces) budget_.touched(it.source_rank, p);
+    files_.counted(it.source_rank, e.content_size());
+    for (auto p : e.pieces) files_.touched(it.source_rank, p);
   }
 
   // A chunk of a member being assembled or written: its buffers and where it is.
@@ -492,7 +538,7 @@ class plan_executor {
             [&](std::size_t job, std::uint64_t bytes) { s[r.owner[job]].file_bytes_read += bytes; });
       } else {
         detail::copy_mapped(r);
-        for (const auto& [rank, range] : r.touched) budget_.touched(rank, range);
+        for (const auto& [rank, range] : r.touched) files_.touched(rank, range);
         for (std::size_t k = 0; k < r.jobs.size(); ++k) {
           const auto n = static_cast<std::uint64_t>(r.jobs[k].outer) * r.jobs[k].run;
           s[r.owner[k]].file_bytes_read += n;
@@ -514,7 +560,7 @@ class plan_executor {
     for (std::size_t g : who) {
       member& x = m[g];
       outs[g]->end();
-      for (std::size_t k = 0; k < x.it->transfers.size(); ++k) counted(x.it->transfers[k].rank, x.from[k]);
+      for (std::size_t k = 0; k < x.it->transfers.size(); ++k) files_.counted(x.it->transfers[k].rank, x.from[k]);
       for (chunk_slot& z : x.slots) {
         if (z.buffer.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(z.buffer);
         if (z.staged.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(z.staged);
@@ -542,7 +588,7 @@ class plan_executor {
       if (!held)
         report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's source table does not say what "
                      "source rank " + std::to_string(t.rank) + " holds (a plan that does not add up)");
-      const tensor_ref& e = source_tensor(t.rank, it, held);
+      const tensor_ref& e = files_.tensor(t.rank, it, held);
       if (intersect(t.where, *held) != t.where || intersect(t.where, tb) != t.where)
         report_error(op_ + ": parameter " + detail::quote_name(it.name) + ": the plan's transfer " + to_string(t.where) +
                      " from source rank " + std::to_string(t.rank) + " is not inside both the box it holds, " +
@@ -606,15 +652,12 @@ class plan_executor {
   }
 
   const checkpoint_plan& plan_;
-  plan_sources sources_;
-  std::vector<std::vector<index_t>> read_by_target_;  // each target's source ranks, ascending
+  plan_source_files files_;
   execution_config exec_;
   read_mode reads_;
   std::string op_;
   std::function<void(const transform_progress&)> progress_;
-  page_budget budget_;
-  mutable std::mutex progress_mutex_;  // the progress and the counts below
-  std::map<index_t, std::uint64_t> read_by_source_;
+  std::mutex progress_mutex_;  // the progress and the counts below
   std::uint64_t bytes_done_ = 0;
   std::size_t files_done_ = 0;
   bool whole_files_ = true;  // read_small_files_whole
