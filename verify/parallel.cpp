@@ -65,16 +65,19 @@ TEST(parallel_for, a_slow_first_failure_wins_over_a_fast_second) {
 }
 
 // background runs its tasks one at a time, in the order started: start() waits for the task
-// before, so each task sees every earlier one done.
+// before, so each task sees every earlier one done; all of them on one thread of its own, made
+// once (not a thread per task), and not the caller's.
 RC_GTEST_PROP(background, runs_its_tasks_one_after_another_in_order, ()) {
   const auto n = *rc::gen::inRange<std::size_t>(0, 60);
   std::vector<std::size_t> done;  // no lock: the tasks never run at once
   std::atomic<int> running{0};
   bool overlapped = false;
+  std::vector<std::thread::id> ran_on;  // no lock either
   {
     reshard::background b;
     for (std::size_t i = 0; i < n; ++i)
       b.start([&, i] {
+        ran_on.push_back(std::this_thread::get_id());
         if (running.fetch_add(1) != 0) overlapped = true;
         std::this_thread::yield();
         done.push_back(i);
@@ -85,6 +88,11 @@ RC_GTEST_PROP(background, runs_its_tasks_one_after_another_in_order, ()) {
   }
   RC_ASSERT(!overlapped);
   for (std::size_t i = 0; i < n; ++i) RC_ASSERT(done[i] == i);
+  RC_ASSERT(ran_on.size() == n);
+  for (const std::thread::id id : ran_on) {
+    RC_ASSERT(id == ran_on.front());
+    RC_ASSERT(id != std::this_thread::get_id());
+  }
 }
 
 // What a task threw reaches the caller once, at the next wait() or start(); a start() that

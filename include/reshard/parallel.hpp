@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -77,15 +79,22 @@ void parallel_for(std::size_t n, unsigned threads, F&& f) {
 
 /// One task at a time on a thread of its own while the caller goes on: start(f) runs f there
 /// (on the calling thread, before start returns, when no thread can be made), wait() waits for
-/// it and rethrows what it threw. The destructor waits too, and drops what it threw (the caller
-/// is leaving by an exception of its own). The plan executor writes a chunk round through it
-/// while it reads the next.
+/// it and rethrows what it threw. The thread is made by the first start() and kept for the
+/// next ones (the plan executor starts one task per chunk written: a thread each would cost
+/// more than a small chunk's write). The destructor waits for the task, and drops what it threw
+/// (the caller is leaving by an exception of its own). The plan executor writes a chunk round
+/// through it while it reads the next.
 class background {
  public:
   background() = default;
   background(const background&) = delete;
   background& operator=(const background&) = delete;
   ~background() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -93,29 +102,64 @@ class background {
   template <class F>
   void start(F&& f) {
     wait();
-    auto task = [this, f = std::forward<F>(f)]() mutable {
+    std::function<void()> task(std::forward<F>(f));
+    if (!thread_.joinable()) {
       try {
-        f();
-      } catch (...) {
-        failed_ = std::current_exception();
+        thread_ = std::thread([this] { serve(); });
+      } catch (const std::system_error&) {
+        failed_ = run(task);
+        return;
       }
-    };
-    try {
-      thread_ = std::thread(task);
-    } catch (const std::system_error&) {
-      task();
     }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      task_ = std::move(task);
+      busy_ = true;
+    }
+    changed_.notify_all();
   }
 
   /// Waits for the task started last, if any; rethrows what it threw.
   void wait() {
-    if (thread_.joinable()) thread_.join();
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !busy_; });
     if (failed_) std::rethrow_exception(std::exchange(failed_, nullptr));
   }
 
  private:
-  std::thread thread_;
+  static std::exception_ptr run(std::function<void()>& task) noexcept {
+    try {
+      task();
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+
+  // The thread: runs each task given, until the destructor says stop (a task given first is run).
+  void serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      changed_.wait(lock, [&] { return busy_ || stop_; });
+      if (!busy_) return;
+      std::function<void()> task = std::move(task_);
+      lock.unlock();
+      std::exception_ptr failed = run(task);
+      task = nullptr;  // what the task holds goes before the caller hears it is done
+      lock.lock();
+      failed_ = std::move(failed);
+      busy_ = false;
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;  // the fields below
+  std::condition_variable changed_;
+  std::function<void()> task_;
+  bool busy_ = false;  // a task was given and has not ended
+  bool stop_ = false;
   std::exception_ptr failed_;
+  std::thread thread_;
 };
 
 }  // namespace reshard
