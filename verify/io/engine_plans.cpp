@@ -794,6 +794,33 @@ RC_GTEST_PROP(engine_plans, the_executor_reads_the_plans_bytes_from_each_file, (
 
 namespace {
 
+// Every target of `pl` executed into memory by `run`'s run_targets over `groups`, on `threads`:
+// per target, its tensors' bytes in order. The sinks are Sinks made from (allocator, rank);
+// `after(sinks, summaries)` sees each group's sinks and what run_targets returned.
+template <class Sink, class After>
+std::vector<std::vector<std::vector<std::byte>>> run_into_memory(plan_executor& run, const checkpoint_plan& pl,
+                                                                 const std::vector<std::vector<std::size_t>>& groups,
+                                                                 unsigned threads, After&& after) {
+  std::vector<std::vector<std::vector<std::byte>>> out(pl.targets.size());
+  for (const auto& group : groups) {
+    std::deque<tensor_allocator> allocators;  // a memory_sink keeps a reference to its allocator
+    std::vector<std::unique_ptr<Sink>> sinks;
+    std::vector<tensor_sink*> outs;
+    for (std::size_t i : group) {
+      auto& mine = out[i];
+      const tensor_allocator& allocate = allocators.emplace_back(
+          [&mine](index_t, std::string_view, dtype, std::span<const std::int64_t>, std::uint64_t bytes) {
+            mine.emplace_back(static_cast<std::size_t>(bytes));
+            return std::span<std::byte>(mine.back());
+          });
+      sinks.push_back(std::make_unique<Sink>(allocate, pl.targets[i].rank));
+      outs.push_back(sinks.back().get());
+    }
+    after(sinks, run.run_targets(group, outs, threads));
+  }
+  return out;
+}
+
 // Every target of `pl` executed into memory, by run_targets over `groups`: per target, its
 // tensors' bytes in order; `file_bytes` gets the bytes the reads took from the files.
 std::vector<std::vector<std::vector<std::byte>>> execute_in_groups(const checkpoint_plan& pl, const plan_sources& sources,
@@ -805,25 +832,10 @@ std::vector<std::vector<std::vector<std::byte>>> execute_in_groups(const checkpo
   plan_executor run(pl, sources, {1, buffer}, mode, "test");
   run.read_small_files_whole(whole);
   run.overlap_writes(overlap);
-  std::vector<std::vector<std::vector<std::byte>>> out(pl.targets.size());
   file_bytes = needed = 0;
-  for (const auto& group : groups) {
-    std::deque<tensor_allocator> allocators;  // a memory_sink keeps a reference to its allocator
-    std::vector<std::unique_ptr<memory_sink>> sinks;
-    std::vector<tensor_sink*> outs;
-    for (std::size_t i : group) {
-      auto& mine = out[i];
-      const tensor_allocator& allocate = allocators.emplace_back(
-          [&mine](index_t, std::string_view, dtype, std::span<const std::int64_t>, std::uint64_t bytes) {
-            mine.emplace_back(static_cast<std::size_t>(bytes));
-            return std::span<std::byte>(mine.back());
-          });
-      sinks.push_back(std::make_unique<memory_sink>(allocate, pl.targets[i].rank));
-      outs.push_back(sinks.back().get());
-    }
-    for (const auto& s : run.run_targets(group, outs, threads)) file_bytes += s.file_bytes_read, needed += s.bytes_read;
-  }
-  return out;
+  return run_into_memory<memory_sink>(run, pl, groups, threads, [&](const auto&, const auto& summaries) {
+    for (const auto& s : summaries) file_bytes += s.file_bytes_read, needed += s.bytes_read;
+  });
 }
 
 std::vector<index_t> ranks_read(const plan_target& t) {
@@ -973,7 +985,7 @@ namespace {
 // to it is running (`overlapped`), and its append number `fail_at` (0: none) throws.
 class checked_sink final : public tensor_sink {
  public:
-  checked_sink(const tensor_allocator& allocate, index_t rank, std::size_t fail_at)
+  checked_sink(const tensor_allocator& allocate, index_t rank, std::size_t fail_at = 0)
       : out_(allocate, rank), fail_at_(fail_at) {}
   void open_file(std::size_t k) override { call([&] { out_.open_file(k); }); }
   void begin(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) override {
@@ -1035,24 +1047,9 @@ TEST(engine_plans, a_groups_writes_overlap_its_reads_one_call_at_a_time_per_sink
       for (unsigned threads = 2; threads <= 4; ++threads) {
         plan_executor run(pl, run_of.sources, {1, buffer}, mode, "test");
         run.overlap_writes(true);
-        std::vector<std::vector<std::vector<std::byte>>> out(pl.targets.size());
-        for (const auto& group : groups) {
-          std::deque<tensor_allocator> allocators;
-          std::vector<std::unique_ptr<checked_sink>> sinks;
-          std::vector<tensor_sink*> outs;
-          for (std::size_t i : group) {
-            auto& mine = out[i];
-            const tensor_allocator& allocate = allocators.emplace_back(
-                [&mine](index_t, std::string_view, dtype, std::span<const std::int64_t>, std::uint64_t bytes) {
-                  mine.emplace_back(static_cast<std::size_t>(bytes));
-                  return std::span<std::byte>(mine.back());
-                });
-            sinks.push_back(std::make_unique<checked_sink>(allocate, pl.targets[i].rank, 0));
-            outs.push_back(sinks.back().get());
-          }
-          run.run_targets(group, outs, threads);
+        const auto out = run_into_memory<checked_sink>(run, pl, groups, threads, [&](const auto& sinks, const auto&) {
           for (const auto& k : sinks) EXPECT_FALSE(k->overlapped()) << "buffer " << buffer << ", threads " << threads;
-        }
+        });
         EXPECT_EQ(out, by_one) << "buffer " << buffer << ", threads " << threads;
       }
     }
