@@ -214,10 +214,15 @@ TEST(atomic_file_writer, commit_publishes_all_bytes) {
 // Writes of any sizes (around the 1 MiB buffer), under every durability mode and both write
 // modes, publish exactly their concatenation, the observer sees every byte once and in order,
 // and the writer copies what it buffers. O_DIRECT (write_mode::direct) takes whole aligned
-// blocks and writes the last partial one buffered: any total size works.
+// blocks and writes the last partial one buffered: any total size works. A destination that is a
+// staged output of this process (`<file>.reshard-<pid>.<n>.part`, io/staging.hpp) is written in
+// place: no other file ever appears beside it, and commit() renames nothing. The one file in the
+// directory while the writer writes is its temporary; an abandoned writer leaves nothing.
 RC_GTEST_PROP(atomic_file_writer, writes_publish_their_concatenation_in_every_durability_mode, ()) {
   const auto mode = *rc::gen::element(durability::sync, durability::deferred, durability::none);
   const auto writes = *rc::gen::element(write_mode::buffered, write_mode::direct);
+  const bool staged = *rc::gen::arbitrary<bool>();
+  const bool abandon = *rc::gen::inRange(0, 6) == 0;
   const auto sizes = *rc::gen::container<std::vector<std::size_t>>(
       *rc::gen::inRange<std::size_t>(0, 40),
       rc::gen::weightedOneOf<std::size_t>(
@@ -230,9 +235,13 @@ RC_GTEST_PROP(atomic_file_writer, writes_publish_their_concatenation_in_every_du
   for (std::size_t i = 0; i < total; ++i) expect[i] = static_cast<std::byte>((i * 131 + i / 251) & 0xFF);
   // direct writes on the system's temporary directory (a disk, usually), buffered on temp_root()
   temp_dir dir = writes == write_mode::direct ? temp_dir(fs::temp_directory_path()) : temp_dir();
+  const fs::path dest = staged ? detail::unique_temp_path(dir / "out.bin", ".part") : dir / "out.bin";
   {
-    atomic_file_writer w(dir / "out.bin", false, "test", mode, writes);
+    atomic_file_writer w(dest, false, "test", mode, writes);
     RC_ASSERT(w.durability_mode() == mode);
+    RC_ASSERT(w.in_place() == staged);
+    RC_ASSERT((w.temp_path() == dest) == staged);
+    RC_ASSERT(dir.files() == std::vector<std::string>{w.temp_path().filename().string()});
     // direct where the filesystem takes O_DIRECT, which every local disk filesystem does
     if (writes == write_mode::buffered) RC_ASSERT(!w.direct());
     if (writes == write_mode::direct && local_disk_filesystem(filesystem_name(dir.path()))) RC_ASSERT(w.direct());
@@ -247,11 +256,18 @@ RC_GTEST_PROP(atomic_file_writer, writes_publish_their_concatenation_in_every_du
       at += n;
     }
     RC_ASSERT(w.size() == total);
-    w.commit();
-    RC_ASSERT(observed == expect);
+    RC_ASSERT(dir.files() == std::vector<std::string>{w.temp_path().filename().string()});
+    if (!abandon) {
+      w.commit();
+      RC_ASSERT(observed == expect);
+    }
   }
-  RC_ASSERT(read_bytes(dir / "out.bin") == expect);
-  RC_ASSERT(dir.files() == std::vector<std::string>{"out.bin"});
+  if (abandon) {  // the writer's destructor removed its temporary (the staged file itself)
+    RC_ASSERT(dir.files().empty());
+    return;
+  }
+  RC_ASSERT(read_bytes(dest) == expect);
+  RC_ASSERT(dir.files() == std::vector<std::string>{dest.filename().string()});
 }
 
 // A direct write refused with EINVAL (a filesystem or device that takes O_DIRECT at fcntl and
@@ -360,6 +376,33 @@ TEST(atomic_file_writer, overwrite_replaces) {
   w.commit();
   EXPECT_EQ(to_hex(read_bytes(dir / "out.bin")), to_hex(as_bytes("new!")));
   EXPECT_EQ(dir.files(), std::vector<std::string>{"out.bin"});
+}
+
+// A staged output of this process written in place, over a file of the same name (one a killed
+// process of the same pid left): with overwrite it is truncated and rewritten, without it refused
+// and left as it was; either way no other file appears.
+TEST(atomic_file_writer, a_staged_destination_is_written_in_place) {
+  temp_dir dir;
+  const fs::path part = detail::unique_temp_path(dir / "out.bin", ".part");
+  EXPECT_TRUE(detail::own_temporary(part));
+  write_text(part, "an older and longer file");
+  EXPECT_TRUE(throws_error([&] { atomic_file_writer w(part, false, "ckpt"); }, {"ckpt: ", part.string(), "destination exists"}));
+  EXPECT_EQ(to_hex(read_bytes(part)), to_hex(as_bytes("an older and longer file")));
+  {
+    atomic_file_writer w(part, true, "ckpt", durability::deferred);
+    EXPECT_TRUE(w.in_place());
+    EXPECT_EQ(read_bytes(part).size(), 0u);  // truncated at construction
+    w.write(std::string_view("new"));
+    w.commit();
+  }
+  EXPECT_EQ(to_hex(read_bytes(part)), to_hex(as_bytes("new")));
+  EXPECT_EQ(dir.files(), std::vector<std::string>{part.filename().string()});
+  // another process's staged name is not this writer's temporary: written beside, renamed
+  const fs::path other = dir / "out.bin.reshard-999999999.0.part";
+  EXPECT_FALSE(detail::own_temporary(other));
+  atomic_file_writer w(other, false, "ckpt");
+  EXPECT_FALSE(w.in_place());
+  EXPECT_NE(w.temp_path(), other);
 }
 
 TEST(atomic_file_writer, missing_directory_is_reported) {

@@ -6,7 +6,8 @@
 //
 // Temporaries. Every temporary reshard writes for a destination D is named
 // `D.reshard-<pid>.<suffix>` in D's directory: `D.reshard-<pid>.<n>.tmp` here, and the staged
-// outputs of the workflows `D.reshard-<pid>.<n>.part` (io/transform.hpp). None ends in `.ckpt` or
+// outputs of the workflows `D.reshard-<pid>.<n>.part` (io/staging.hpp; atomic_file_writer writes
+// one in place, with no temporary of its own). None ends in `.ckpt` or
 // `.safetensors`, so no reader takes one for a checkpoint. A process killed while writing leaves
 // its temporaries; the next writer of D removes those whose process is no longer running
 // (remove_stale_temporaries). Replacing a Hugging Face checkpoint directory D assembles the new
@@ -522,7 +523,12 @@ inline void sync_files(std::span<const std::filesystem::path> files, unsigned th
 /// temporary `<destination>.reshard-<pid>.<n>.tmp` in the same directory; commit() flushes,
 /// fsyncs and renames it over the destination, then fsyncs the directory. The destructor of an
 /// uncommitted writer (an exception, an early return) removes the temporary; the temporaries of
-/// killed processes are removed by the next writer of the same destination. An existing
+/// killed processes are removed by the next writer of the same destination. A destination that
+/// is itself a temporary of this process (a staged `.part` of io/staging.hpp, which no reader
+/// takes for an output and which is renamed into place only once every file is complete) is
+/// written in place: it is the writer's temporary, created (or, with `overwrite`, truncated) at
+/// construction, removed by the destructor if uncommitted, and commit() renames nothing
+/// (in_place()). An existing
 /// destination is refused (at construction and again, atomically, at commit) unless `overwrite`
 /// is true. Every failing call (open, write, fsync, close, rename) is an error naming the
 /// destination, the temporary and errno's text (a full disk: "No space left on device").
@@ -540,9 +546,10 @@ class atomic_file_writer {
     struct ::stat st {};
     if (!overwrite_ && ::lstat(dest_.c_str(), &st) == 0)
       report_error(context_ + ": " + dest_.string() + ": destination exists (pass overwrite to replace it)");
-    if (!detail::own_temporary(dest_)) detail::remove_stale_temporaries(dest_);  // a staged output: none
-    temp_ = detail::unique_temp_path(dest_);
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    in_place_ = detail::own_temporary(dest_);  // a staged output: written in place, no temporaries of it
+    if (!in_place_) detail::remove_stale_temporaries(dest_);
+    temp_ = in_place_ ? dest_ : detail::unique_temp_path(dest_);
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (in_place_ && overwrite_ ? O_TRUNC : O_EXCL), 0666);
     if (fd_ < 0)
       detail::report_errno(context_, dest_, "cannot create temporary file " + temp_.string(), errno);
     if (w == write_mode::direct) start_direct();
@@ -565,6 +572,7 @@ class atomic_file_writer {
         written_(o.written_),
         kicked_(o.kicked_),
         overwrite_(o.overwrite_),
+        in_place_(o.in_place_),
         durability_(o.durability_),
         committed_(std::exchange(o.committed_, true)),
         observer_(std::move(o.observer_)) {}
@@ -594,6 +602,8 @@ class atomic_file_writer {
   const std::filesystem::path& destination() const noexcept { return dest_; }
   const std::filesystem::path& temp_path() const noexcept { return temp_; }
   bool committed() const noexcept { return committed_; }
+  /// The destination is a temporary of this process, written in place (temp_path() is it).
+  bool in_place() const noexcept { return in_place_; }
 
   durability durability_mode() const noexcept { return durability_; }
   /// True while the file is written with O_DIRECT (write_mode::direct, and the filesystem took it).
@@ -605,8 +615,8 @@ class atomic_file_writer {
   void observe(std::function<void(std::span<const std::byte>)> f) { observer_ = std::move(f); }
 
   /// Flushes, fsyncs (durability::sync) and renames the temporary to the destination (refusing
-  /// an existing one unless `overwrite`). On failure the temporary is removed and reshard::error
-  /// thrown.
+  /// an existing one unless `overwrite`; in_place(): no rename). On failure the temporary is
+  /// removed and reshard::error thrown.
   void commit() {
     RESHARD_EXPECTS(fd_ >= 0 && !committed_, "atomic_file_writer: commit twice or after failure");
     if (direct_) finish_direct();
@@ -614,16 +624,7 @@ class atomic_file_writer {
     if (durability_ == durability::deferred) detail::start_writeback(fd_, kicked_, written_);
     if (durability_ == durability::sync && ::fsync(fd_) != 0) fail("cannot fsync " + temp_.string(), errno);
     if (detail::close_fd(fd_) != 0) fail("cannot close " + temp_.string(), errno);
-    detail::crash_point();
-    if (overwrite_) {
-      if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename " + temp_.string(), errno);
-    } else if (int err = detail::rename_no_replace(temp_, dest_); err != 0) {
-      if (err == EEXIST) {
-        discard();
-        report_error(context_ + ": " + dest_.string() + ": destination exists (pass overwrite to replace it)");
-      }
-      fail("cannot rename " + temp_.string(), err);
-    }
+    if (!in_place_) rename_into_place();  // in place: the destination holds the bytes already
     committed_ = true;
     if (durability_ == durability::sync) detail::fsync_directory(dest_.parent_path());
   }
@@ -703,6 +704,20 @@ class atomic_file_writer {
     if (direct_) stop_direct(false);
   }
 
+  // commit(): the temporary renamed to the destination (one unit of the crash hook).
+  void rename_into_place() {
+    detail::crash_point();
+    if (overwrite_) {
+      if (::rename(temp_.c_str(), dest_.c_str()) != 0) fail("cannot rename " + temp_.string(), errno);
+    } else if (int err = detail::rename_no_replace(temp_, dest_); err != 0) {
+      if (err == EEXIST) {
+        discard();
+        report_error(context_ + ": " + dest_.string() + ": destination exists (pass overwrite to replace it)");
+      }
+      fail("cannot rename " + temp_.string(), err);
+    }
+  }
+
   void discard() noexcept {
     detail::close_fd(fd_);
     ::unlink(temp_.c_str());
@@ -772,6 +787,7 @@ class atomic_file_writer {
   std::uint64_t written_ = 0;  // bytes passed to write(2)
   std::uint64_t kicked_ = 0;   // bytes whose write-back was started
   bool overwrite_ = false;
+  bool in_place_ = false;  // the destination is this process's temporary: written in place
   durability durability_ = durability::sync;
   bool committed_ = false;
   std::function<void(std::span<const std::byte>)> observer_;

@@ -7,8 +7,8 @@
 // Face checkpoint.
 //
 //   staged_outputs out("transform", force, sync);
-//   auto parts = out.add(files);      // the staged path of each file; checks they may be written
-//   out.prepare();                    // directories made, stale temporaries removed
+//   auto parts = out.add(files);      // the staged path of each file
+//   out.prepare();                    // directories made, stale temporaries removed, files checked
 //   ... write every part ...
 //   out.sync();                       // all parts fsynced together (sync)
 //   auto finals = out.commit();       // renamed in order, directories fsynced (sync)
@@ -63,14 +63,11 @@ class staged_outputs {
   staged_outputs& operator=(const staged_outputs&) = delete;
   ~staged_outputs() { discard(); }
 
-  /// Stages `finals` (renamed in this order at commit()); returns their staged paths. Without
-  /// force, a file that exists is an error naming it.
+  /// Stages `finals` (renamed in this order at commit()); returns their staged paths. prepare()
+  /// checks that they may be written.
   std::vector<std::filesystem::path> add(std::span<const std::filesystem::path> finals) {
     std::vector<std::filesystem::path> parts;
     for (const auto& f : finals) {
-      struct ::stat info {};
-      if (!force_ && ::lstat(f.c_str(), &info) == 0)
-        report_error(op_ + ": " + f.string() + " exists (pass force / --force to replace it)");
       files_.push_back({detail::unique_temp_path(f, ".part"), f});  // unique per call: see unique_temp_path
       parts.push_back(files_.back().part);
     }
@@ -83,9 +80,10 @@ class staged_outputs {
 
   /// Creates the missing parent directories of the files staged since the last call (removed
   /// again by discard() while they hold no output), and removes the temporaries that killed runs
-  /// left for them.
+  /// left for them. Without force, a file that exists is an error naming it.
   /// A stat per directory (none in a directory this run made) and a mkdir per new one; one scan
-  /// per directory that existed before (a directory this run made holds no temporaries).
+  /// per directory that existed before (a directory this run made holds no temporaries), and
+  /// without force a stat per file in it (none of a file in a directory this run made).
   void prepare() {
     const std::size_t from = prepared_;
     prepared_ = files_.size();
@@ -94,6 +92,9 @@ class staged_outputs {
     for (std::size_t i = from; i < files_.size(); ++i) {
       const auto dir = files_[i].final.parent_path();
       if (!dir.empty() && !make_directory(dir, dirs)) continue;
+      struct ::stat info {};
+      if (!force_ && ::lstat(files_[i].final.c_str(), &info) == 0)
+        report_error(op_ + ": " + files_[i].final.string() + " exists (pass force / --force to replace it)");
       names[dir].push_back(files_[i].final.filename().string());
     }
     for (const auto& [dir, files] : names) detail::remove_stale_temporaries(dir, files);
