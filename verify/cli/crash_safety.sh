@@ -3,8 +3,9 @@
 # tensors, ckpt and safetensors outputs) is killed with SIGKILL at many points, then:
 #   * every file with a final name (rank_<t>/checkpoint_<t>.ckpt) is byte-identical to the output
 #     of an uninterrupted run (no file that looks complete is wrong);
-#   * every other file is one of reshard's temporaries, `<final name>.reshard-<pid>.<suffix>`,
-#     none ending in .ckpt or .safetensors (no temporary can be taken for an output);
+#   * every other file is a staged output, `<final name>.reshard-<pid>.<n>.part`, written in
+#     place (no other temporary beside it), none ending in .ckpt or .safetensors (no temporary
+#     can be taken for an output);
 #   * the sources are unchanged (SHA-256 of every file);
 #   * a rerun finishes the job: the same command, or with --force when the kill came while the
 #     finished files were being renamed into place (then the plain rerun must refuse, changing
@@ -13,8 +14,8 @@
 # uninterrupted run (a real SIGKILL from outside), and the test-only hook
 # RESHARD_TEST_CRASH_AFTER=N (the process SIGKILLs itself after N units of progress, a unit
 # being one byte written or one rename; include/reshard/io/mapped_file.hpp), which reaches every
-# phase deterministically: mid-write, between a file's last byte and its rename, and between
-# the renames that move the finished files into place.
+# phase deterministically: mid-write, after a staged file's last byte, and between the renames
+# that move the finished files into place.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
 SEED=${CRASH_SEED:-20240607}
@@ -75,12 +76,12 @@ fi
 echo "uninterrupted: ckpt $((ref_ns[ckpt] / 1000000)) ms, safetensors $((ref_ns[safetensors] / 1000000)) ms," \
   "$(du -sb "${ref[ckpt]}" | cut -f1) bytes written"
 
-# units FMT: the hook's units of a whole run: every byte of every file, plus two renames a file
-# (temporary -> staged .part, .part -> final name).
+# units FMT: the hook's units of a whole run: every byte of every file, plus one rename a file
+# (the staged .part, written in place, -> final name).
 units() {
   local total
   total=$(find "${ref[$1]}" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
-  echo $((total + 2 * T))
+  echo $((total + T))
 }
 
 # listing DIR: "relative-path size sha256" of every file, sorted (a snapshot to compare)
@@ -103,7 +104,7 @@ check_killed() {
     fi
     base=${rel##*/}
     final=${base%%.reshard-*}
-    if [[ $base =~ ^checkpoint_[0-9]+\.(ckpt|safetensors)\.reshard-[0-9]+\.[0-9]+\.(part|tmp|part\.reshard-[0-9]+\.[0-9]+\.tmp)$ &&
+    if [[ $base =~ ^checkpoint_[0-9]+\.(ckpt|safetensors)\.reshard-[0-9]+\.[0-9]+\.part$ &&
       -f ${ref[$fmt]}/${rel%/*}/$final && $base != *.ckpt && $base != *.safetensors ]]; then
       continue
     fi
@@ -161,6 +162,7 @@ control() {
 control "a truncated output" 'truncate -s -100 "$tmp/control/rank_1/checkpoint_1.ckpt"'
 control "a foreign temporary" 'echo x >"$tmp/control/rank_1/checkpoint_1.ckpt.tmp"'
 control "a staged file named like an output" 'mv "$tmp/control/rank_2/checkpoint_2.ckpt" "$tmp/control/rank_2/checkpoint_2.ckpt.reshard-1.part.ckpt"'
+control "a second temporary beside a staged file" 'mv "$tmp/control/rank_2/checkpoint_2.ckpt" "$tmp/control/rank_2/checkpoint_2.ckpt.reshard-1.0.part.reshard-1.1.tmp"'
 
 # -- 1. SIGKILL from outside after seeded random delays in [0, duration of the uninterrupted run]
 declare -A outcome=()
@@ -205,8 +207,8 @@ for fmt in ckpt safetensors; do
   declare -A points=(
     [0]="0 before the first byte"
     [$((s0 / 2))]="0 in the middle of the first file"
-    [$s0]="0 after the first file's last byte, before its rename"
-    [$((s0 + 1))]="0 after the first file's rename to .part"
+    [$s0]="0 after the first file's last byte (its .part complete, not renamed)"
+    [$((s0 + 1))]="0 after the second file's first byte"
     [$((U - T))]="0 every file staged, before the first rename into place"
     [$((U - T + 1))]="1 after the first rename into place"
     [$((U - 1))]="$((T - 1)) before the last rename into place"
@@ -225,9 +227,9 @@ for fmt in ckpt safetensors; do
     fi
     check_killed "$name" "$dst" "$fmt"
     if [[ $want != - && $n_final -ne $want ]]; then fail "$name: $want files with a final name, got $n_final"; fi
-    if ((n < s0)); then  # the hook's accounting is exact: the first temporary holds n bytes
-      got=$(find "$dst" -type f -name 'checkpoint_0.*.tmp' -printf '%s\n')
-      if [[ $got == "$n" ]]; then pass; else fail "$name: the temporary holds exactly $n bytes" "got: $got"; fi
+    if ((n < s0)); then  # the hook's accounting is exact: the first staged file holds n bytes
+      got=$(find "$dst" -type f -name 'checkpoint_0.*.part' -printf '%s\n')
+      if [[ $got == "$n" ]]; then pass; else fail "$name: the staged file holds exactly $n bytes" "got: $got"; fi
     fi
     rerun "$name" "$dst" "$fmt"
   done

@@ -11,7 +11,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sys/socket.h>
@@ -104,6 +106,100 @@ struct bound_socket {
   }
 };
 }  // namespace
+
+namespace {
+// The descriptors this process holds open (/proc/self/fd, less the one listing it).
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n - 1;
+}
+}  // namespace
+
+// Files read in any order through read_descriptors sharing a budget of `capacity`: every read
+// returns the file's bytes, the budget never keeps more than its capacity open (counted in
+// /proc/self/fd too), a file whose descriptor was closed is opened again, and one mapped with
+// `keep` is read through the descriptor it was mapped from (no opening: the count of open
+// descriptors does not grow for it while the budget has room).
+RC_GTEST_PROP(read_descriptor, reads_every_file_right_within_its_budget, ()) {
+  const auto files = *rc::gen::inRange<std::size_t>(1, 12);
+  const auto capacity = *rc::gen::inRange<std::size_t>(1, 6);
+  const auto order = *rc::gen::container<std::vector<std::size_t>>(rc::gen::inRange<std::size_t>(0, files));
+  const auto closes = *rc::gen::container<std::vector<bool>>(order.size(), rc::gen::weightedElement<bool>({{1, true}, {5, false}}));
+  temp_dir dir;
+  std::vector<std::string> text(files);
+  for (std::size_t i = 0; i < files; ++i) {
+    text[i] = "file " + std::to_string(i) + ": " + std::string(100 + 37 * i, static_cast<char>('a' + i));
+    write_text(dir / std::to_string(i), text[i]);
+  }
+  const std::size_t before = open_descriptors();
+  descriptor_budget budget(capacity);
+  std::vector<std::unique_ptr<read_descriptor>> rd;
+  std::vector<mapped_file> maps;
+  for (std::size_t i = 0; i < files; ++i) {
+    rd.push_back(std::make_unique<read_descriptor>(budget));
+    if (i % 2 == 0) {  // every other file mapped first, its descriptor kept for the reads
+      maps.emplace_back(dir / std::to_string(i), "test", nullptr, 0, rd.back().get());
+      RC_ASSERT(budget.kept() == std::min(i / 2 + 1, capacity));
+    }
+    RC_ASSERT(budget.kept() <= capacity);
+  }
+  RC_ASSERT(open_descriptors() - before == budget.kept());
+  if (files > 0 && capacity >= (files + 1) / 2) {  // room for every mapped file's descriptor: all still open
+    for (std::size_t i = 0; i < files; i += 2) RC_ASSERT(rd[i]->is_open());
+  }
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::size_t i = order[k];
+    const std::size_t at = k % 7, n = text[i].size() - at - k % 5;
+    std::vector<std::byte> out(n);
+    const bool was_open = rd[i]->is_open();
+    const std::size_t open_before = open_descriptors();
+    rd[i]->pread(out, at, dir / std::to_string(i), "test");
+    RC_ASSERT(std::string(reinterpret_cast<const char*>(out.data()), n) == text[i].substr(at, n));
+    RC_ASSERT(rd[i]->is_open());
+    RC_ASSERT(budget.kept() <= capacity);
+    RC_ASSERT(open_descriptors() - before == budget.kept());
+    if (was_open) RC_ASSERT(open_descriptors() == open_before);  // read through the kept descriptor
+    if (closes[k]) {
+      rd[i]->close();
+      RC_ASSERT(!rd[i]->is_open());
+    }
+  }
+  rd.clear();
+  RC_ASSERT(budget.kept() == 0u);
+  RC_ASSERT(open_descriptors() == before);
+}
+
+// Two threads reading files through one budget smaller than the files: every byte right, the
+// budget closes only idle descriptors (a read in flight keeps its own).
+TEST(read_descriptor, threads_share_a_budget_smaller_than_the_files) {
+  temp_dir dir;
+  constexpr std::size_t files = 8;
+  std::vector<std::string> text(files);
+  for (std::size_t i = 0; i < files; ++i) {
+    text[i] = std::string(4096 + i, static_cast<char>('A' + i));
+    write_text(dir / std::to_string(i), text[i]);
+  }
+  descriptor_budget budget(2);
+  std::vector<std::unique_ptr<read_descriptor>> rd;
+  for (std::size_t i = 0; i < files; ++i) rd.push_back(std::make_unique<read_descriptor>(budget));
+  std::atomic<int> wrong{0};
+  auto reader = [&](std::size_t seed) {
+    std::vector<std::byte> out(64);
+    for (std::size_t k = 0; k < 3000; ++k) {
+      const std::size_t i = (k * 5 + seed) % files;
+      rd[i]->pread(out, (k * 13) % 4000, dir / std::to_string(i), "test");
+      for (auto b : out)
+        if (b != static_cast<std::byte>('A' + i)) ++wrong;
+    }
+  };
+  std::thread a(reader, 0), b(reader, 3);
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LE(budget.kept(), 2u + 2u);  // the capacity, and at most one in use per thread beyond it
+  EXPECT_GE(descriptor_budget::default_capacity(), 1u);
+}
 
 TEST(input_file, reads_a_regular_file) {
   temp_dir dir;

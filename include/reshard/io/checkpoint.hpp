@@ -212,7 +212,7 @@ class checkpoint_reader {
       const auto dir = path.parent_path();
       if (!metadata) metadata = std::make_shared<const dcp_metadata>(read_dcp_metadata(dir));
       const std::string relative = path.filename().string();
-      dcp_.emplace(dcp_part{std::move(metadata), mapped_file(path, "dcp")});
+      dcp_.emplace(dcp_part{std::move(metadata), mapped_file(path, "dcp", nullptr, 0, &reads_)});
       const auto& by_file = dcp_->metadata->chunks_by_file;
       if (const auto mine = by_file.find(relative); mine != by_file.end()) {
         // the chunks' shapes and data spans kept here (reserved: the views below stay valid)
@@ -227,7 +227,7 @@ class checkpoint_reader {
         }
       }
     } else if (format_ == checkpoint_format::ckpt) {
-      ckpt_.emplace(std::move(path), ckpt_read_options{.verify_crc = false});
+      ckpt_.emplace(std::move(path), ckpt_read_options{.verify_crc = false, .descriptor = &reads_});
       entries_.reserve(ckpt_->entries().size());
       for (const auto& e : ckpt_->entries())
         entries_.push_back({e.name, e.map_tensor, e.type, e.dims, e.pieces, &e, {}});
@@ -335,16 +335,17 @@ class checkpoint_reader {
 
   /// Reads `out.size()` bytes at file offset `offset` with pread(2) (the page tables unchanged:
   /// on network filesystems and on machines where page faults are dear, faster than reading the
-  /// mapping). The descriptor is opened on first use and kept until close_for_reads().
+  /// mapping). The descriptor is kept until close_for_reads() within the process's
+  /// descriptor_budget: of a ckpt file the one it was opened with to be indexed, of the others
+  /// opened on first use (read_descriptor).
   void pread_into(std::span<std::byte> out, std::uint64_t offset) const {
     if (hf_) return hf_->pread_into(out, offset);
-    pread_exact(read_fd(), out, offset, path(), "checkpoint");
+    reads_.pread(out, offset, path(), "checkpoint");
   }
-  /// Closes the descriptor pread_into() opened (reopened if read again).
+  /// Closes the descriptor pread_into() reads (reopened if read again).
   void close_for_reads() const noexcept {
     if (hf_) hf_->close_for_reads();
-    const std::lock_guard<std::mutex> lock(*fd_mutex_);
-    detail::close_fd(fd_);
+    reads_.close();
   }
   ~checkpoint_reader() { close_for_reads(); }
   checkpoint_reader(checkpoint_reader&&) = delete;
@@ -368,15 +369,7 @@ class checkpoint_reader {
     return lo ? std::span<const std::byte>(lo, static_cast<std::size_t>(hi - lo)) : std::span<const std::byte>{};
   }
 
-  int read_fd() const {
-    const std::lock_guard<std::mutex> lock(*fd_mutex_);
-    if (fd_ < 0) {
-      fd_ = input_file(path(), "checkpoint").release();
-      ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint: larger read-ahead
-    }
-    return fd_;
-  }
-
+  read_descriptor reads_;  // for pread_into (before ckpt_: a ckpt file's is the one it was indexed from)
   checkpoint_format format_;
   std::optional<ckpt_file> ckpt_;
   std::optional<safetensors_file> st_;
@@ -396,8 +389,6 @@ class checkpoint_reader {
   std::int64_t mtime_ns_ = 0;
   std::pair<dev_t, ino_t> id_{0, 0};
   std::span<const std::byte> st_bytes_;  // safetensors: data_section_st()
-  mutable int fd_ = -1;                  // for pread_into, opened on first use
-  std::unique_ptr<std::mutex> fd_mutex_ = std::make_unique<std::mutex>();
 };
 
 }  // namespace reshard::io

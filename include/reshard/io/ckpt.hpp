@@ -109,6 +109,8 @@ inline std::vector<std::byte> gather(const ckpt_entry& entry) {
 
 struct ckpt_read_options {
   bool verify_crc = true;  ///< check the crc_num trailer when present (reads every byte)
+  /// ckpt_file: keeps the descriptor the file is mapped from here, for its reads (mapped_file)
+  read_descriptor* descriptor = nullptr;
 };
 
 /// The index of a checkpoint: its parameters in file order.
@@ -381,7 +383,7 @@ class ckpt_file {
   static constexpr std::uint64_t index_copy_bytes = std::uint64_t{128} << 10;
 
   explicit ckpt_file(std::filesystem::path path, ckpt_read_options opts = {})
-      : file_(std::move(path), "ckpt", &detail::index_scratch(), index_copy_bytes), index_(index_of(opts)) {
+      : file_(std::move(path), "ckpt", &detail::index_scratch(), index_copy_bytes, opts.descriptor), index_(index_of(opts)) {
     by_name_.reserve(index_.entries.size());
     for (std::size_t i = 0; i < index_.entries.size(); ++i) by_name_.push_back({hash(index_.entries[i].name), i});
     std::sort(by_name_.begin(), by_name_.end());
