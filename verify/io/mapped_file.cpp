@@ -1,8 +1,9 @@
 // Tests of reshard/io/mapped_file.hpp and reshard/io/input_file.hpp: opening an input without
-// blocking (FIFOs, sockets, directories, devices refused), the read-only mapping and the atomic
-// output file.
+// blocking (FIFOs, sockets, directories, devices refused), the read-only mapping, the descriptors
+// kept for reads, the atomic output file, and the staged outputs it writes (io/staging.hpp).
 #include <reshard/io/input_file.hpp>
 #include <reshard/io/mapped_file.hpp>
+#include <reshard/io/staging.hpp>
 
 #include "io_test_util.hpp"
 
@@ -499,6 +500,64 @@ TEST(atomic_file_writer, a_staged_destination_is_written_in_place) {
   atomic_file_writer w(other, false, "ckpt");
   EXPECT_FALSE(w.in_place());
   EXPECT_NE(w.temp_path(), other);
+}
+
+// staged_outputs: a final name that exists is refused at prepare() without force (naming it,
+// nothing written, the directories it made removed), taken with force; each staged file is
+// written in place and renamed into place at commit, no other file beside it.
+TEST(staged_outputs, refuses_an_existing_output_and_stages_each_file_in_place) {
+  temp_dir dir;
+  fs::create_directories(dir / "old");
+  write_text(dir / "old" / "a.ckpt", "old");
+  const std::vector<fs::path> finals{dir / "new" / "deep" / "b.ckpt", dir / "old" / "a.ckpt"};
+  {
+    staged_outputs out("transform", false, true);
+    out.add(finals);
+    EXPECT_TRUE(throws_error([&] { out.prepare(); }, {"transform: ", finals[1].string(), "exists (pass force"}));
+  }
+  EXPECT_EQ(list_tree(dir.path()), (std::vector<std::string>{"old", "old/a.ckpt"}));  // "new" removed again
+  for (const bool sync : {true, false}) {
+    staged_outputs out("transform", true, sync);
+    const auto parts = out.add(finals);
+    out.prepare();
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      atomic_file_writer w(parts[i], true, "test", durability::deferred);
+      EXPECT_TRUE(w.in_place());
+      w.write("file " + std::to_string(i));
+      w.commit();
+    }
+    std::vector<std::string> staged{"deep", "deep/" + parts[0].filename().string()};
+    if (!sync) staged.push_back("deep/b.ckpt");  // the first round's output, replaced at commit
+    std::sort(staged.begin(), staged.end());
+    EXPECT_EQ(list_tree(dir / "new"), staged);
+    out.sync();
+    EXPECT_EQ(out.commit(), finals);
+    EXPECT_EQ(list_tree(dir.path()), (std::vector<std::string>{"new", "new/deep", "new/deep/b.ckpt", "old", "old/a.ckpt"}));
+    EXPECT_EQ(to_hex(read_bytes(finals[1])), to_hex(as_bytes("file 1")));
+  }
+}
+
+// staged_outputs::sync() fsyncs the staged files on a disk, opening each (a file gone is an error
+// naming it), and on a filesystem in memory (tmpfs), where fsync does nothing, opens none of them
+// (then the commit's rename names the file gone).
+TEST(staged_outputs, sync_opens_no_file_on_a_filesystem_in_memory) {
+  for (const fs::path& root : {fs::path("/dev/shm"), fs::temp_directory_path()}) {
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) continue;
+    const bool memory = filesystem_name(root) == "tmpfs" || filesystem_name(root) == "ramfs";
+    temp_dir dir(root);
+    staged_outputs out("transform", false, true);
+    const std::vector<fs::path> finals{dir / "x" / "a.ckpt", dir / "y" / "b.ckpt"};
+    const auto parts = out.add(finals);
+    out.prepare();
+    atomic_file_writer(parts[0], true, "test", durability::deferred).commit();  // parts[1] never written
+    if (memory) {
+      out.sync();
+      EXPECT_TRUE(throws_error([&] { out.commit(); }, {finals[1].string(), "cannot rename", "No such file"})) << root;
+    } else {
+      EXPECT_TRUE(throws_error([&] { out.sync(); }, {parts[1].string(), "cannot open to fsync", "No such file"})) << root;
+    }
+  }
 }
 
 TEST(atomic_file_writer, missing_directory_is_reported) {

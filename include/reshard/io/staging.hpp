@@ -105,12 +105,15 @@ class staged_outputs {
     }
   }
 
-  /// Makes every staged file durable, in parallel (sync; otherwise nothing).
-  void sync() const {
+  /// Makes every staged file durable, in parallel (sync; otherwise nothing). A file on a
+  /// filesystem in memory (tmpfs, ramfs: in_memory()), where fsync does nothing, is not opened
+  /// to be fsynced.
+  void sync() {
     if (!sync_) return;
     std::vector<std::filesystem::path> parts;
     parts.reserve(files_.size());
-    for (const auto& f : files_) parts.push_back(f.part);
+    for (const auto& f : files_)
+      if (!in_memory(f.final.parent_path())) parts.push_back(f.part);
     sync_files(parts, fsync_threads, op_);
   }
 
@@ -161,7 +164,9 @@ class staged_outputs {
     files_.clear();
     prepared_ = 0;
     if (sync_)
-      for (const auto& d : dirs) detail::fsync_directory(d);
+      for (const auto& d : dirs)
+        if (!in_memory(d)) detail::fsync_directory(d);
+    made_.clear();
     return done;
   }
 
@@ -181,6 +186,7 @@ class staged_outputs {
       std::filesystem::remove(*it, ec);  // only if empty
     }
     created_dirs_.clear();
+    made_.clear();
   }
 
  private:
@@ -320,7 +326,24 @@ class staged_outputs {
       report_error(op_ + ": cannot create directory " + d.string() + ": " + std::strerror(err));
     }
     created_dirs_.push_back(d);
+    made_.insert(d);
     return known[d] = false;
+  }
+
+  // Whether directory `d` is on a filesystem in memory (tmpfs, ramfs), whose fsync does nothing:
+  // one statfs per directory that existed before the run (a directory the run made is on its
+  // parent's filesystem: no mount point yet), remembered.
+  bool in_memory(const std::filesystem::path& d) {
+    if (const auto hit = memory_dirs_.find(d); hit != memory_dirs_.end()) return hit->second;
+    const auto parent = d.parent_path();
+    bool mem = false;
+    if (made_.count(d) && !parent.empty() && parent != d) {
+      mem = in_memory(parent);
+    } else {
+      const std::string fs = filesystem_name(d.empty() ? std::filesystem::path(".") : d);
+      mem = fs == "tmpfs" || fs == "ramfs";
+    }
+    return memory_dirs_[d] = mem;
   }
 
   // "<what>: <errno's text>", for the call that just failed.
@@ -407,6 +430,8 @@ class staged_outputs {
   std::vector<hf_swap> swaps_;  // commit(): the Hugging Face directories being swapped
   std::vector<std::string> notes_;
   std::vector<std::filesystem::path> created_dirs_;
+  std::set<std::filesystem::path> made_;                 // the directories this run made (until commit)
+  std::map<std::filesystem::path, bool> memory_dirs_;  // in_memory(), asked
 };
 
 }  // namespace reshard::io
