@@ -10,12 +10,15 @@
 // transform` splits its target ranks among them (reshard/mpi/transform.hpp) and process 0 alone
 // prints; the other subcommands run as one process only. A program built without MPI refuses
 // to run as several processes, which would all write the same files.
+#include <algorithm>
 #include <csignal>
 #include <exception>
 #include <iostream>
 #include <new>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 #ifdef RESHARD_CLI_MPI
 #include <mpi.h>
@@ -126,6 +129,13 @@ int main(int argc, char** argv) {
   // A write beyond the file-size limit (ulimit -f) then fails with EFBIG, reported with the
   // file's name, and the temporaries are removed, instead of SIGXFSZ killing the program.
   std::signal(SIGXFSZ, SIG_IGN);
+  // The source files stay open from indexing to reading within a share of RLIMIT_NOFILE
+  // (io::descriptor_budget): its soft limit is raised towards the hard one, up to 65536 (this
+  // program calls no select(2), which cannot take descriptors of 1024 and above).
+  if (::rlimit l{}; ::getrlimit(RLIMIT_NOFILE, &l) == 0 && l.rlim_cur < std::min<::rlim_t>(l.rlim_max, 65536)) {
+    l.rlim_cur = std::min<::rlim_t>(l.rlim_max, 65536);
+    ::setrlimit(RLIMIT_NOFILE, &l);  // best effort: the budget reads the limit it gets
+  }
   auto& group = reshard::cli::processes();
   group = reshard::cli::launcher_environment();
   if (!group.launched) return run(argc, argv);
