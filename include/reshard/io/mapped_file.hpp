@@ -128,13 +128,14 @@ class descriptor_budget {
   descriptor_budget(const descriptor_budget&) = delete;
   descriptor_budget& operator=(const descriptor_budget&) = delete;
   ~descriptor_budget() {
-    for (auto* d : lru_) d->listed = false;  // (their read_descriptors outlive no budget in practice)
+    for (auto* d : lru_) d->listed = false;  // (a read_descriptor must not outlive its budget)
   }
 
-  /// The process's budget, of default_capacity().
+  /// The process's budget, of default_capacity() (never destroyed: a reader destroyed during the
+  /// process's exit still finds it).
   static descriptor_budget& process() {
-    static descriptor_budget b(default_capacity());
-    return b;
+    static descriptor_budget* const b = new descriptor_budget(default_capacity());
+    return *b;
   }
   /// RLIMIT_NOFILE's soft limit less max(256, an eighth of it); a quarter of it if that leaves
   /// less than the margin (at least 1).
