@@ -76,6 +76,7 @@ struct scenario_options {
   bool crc = false;
   std::uint64_t chunk_bytes = ckpt_chunk_bytes;  // pieces of the source files
   bool absent = true;                            // learning_rate, global_step
+  bool rotate = false;  // rank r's file lists the parameters from the (r mod count)th on; odd ranks the unlisted first
 };
 
 // Writes dir/src_strategy.ckpt, dir/dst_strategy.ckpt (when any parameter has one) and
@@ -94,7 +95,16 @@ void write_scenario(const fs::path& dir, const std::vector<tparam>& params, inde
     const fs::path rd = dir / "src" / ("rank_" + std::to_string(r));
     fs::create_directories(rd);
     ckpt_writer w(rd / "net.ckpt", {.crc = o.crc, .chunk_bytes = o.chunk_bytes});
-    for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto write_absent = [&] {
+      const float lr = 0.5f + static_cast<float>(r);
+      w.write("learning_rate", dtype::float32, {}, std::as_bytes(std::span(&lr, 1)));
+      const std::int64_t step = 100 + r;
+      const std::vector<std::int64_t> one{1};
+      w.write("global_step", dtype::int64, one, std::as_bytes(std::span(&step, 1)));
+    };
+    if (o.absent && o.rotate && r % 2 == 1) write_absent();
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      const std::size_t i = o.rotate ? (k + static_cast<std::size_t>(r)) % params.size() : k;
       const auto& p = params[i];
       box b{index_list(p.shape.size(), 0), p.shape};
       if (p.src) {
@@ -105,13 +115,7 @@ void write_scenario(const fs::path& dir, const std::vector<tparam>& params, inde
       }
       w.write(p.name, p.type, b.extent.to_vector(), box_bytes(i, p.shape, b, element_size(p.type)));
     }
-    if (o.absent) {
-      const float lr = 0.5f + static_cast<float>(r);
-      w.write("learning_rate", dtype::float32, {}, std::as_bytes(std::span(&lr, 1)));
-      const std::int64_t step = 100 + r;
-      const std::vector<std::int64_t> one{1};
-      w.write("global_step", dtype::int64, one, std::as_bytes(std::span(&step, 1)));
-    }
+    if (o.absent && !(o.rotate && r % 2 == 1)) write_absent();
     w.commit();
   }
 }
@@ -631,6 +635,25 @@ TEST(transform, unlisted_parameters_are_copied_byte_exact_from_rank_t_mod_m) {
       for (std::size_t i = 0; i < a.values.size(); ++i)
         EXPECT_TRUE(std::equal(a.values[i].begin(), a.values[i].end(), b.values[i].begin(), b.values[i].end())) << name;
     }
+  }
+}
+
+// for_each_item matches each entry of a base file to its parameter by the previous base file's
+// match at the same index: files listing their tensors in other orders (and the unlisted ones
+// at other places) must still give every target its tensors, in its base file's order.
+TEST(transform, rank_files_listing_their_tensors_in_other_orders) {
+  temp_dir dir;
+  const auto params = tutorial();
+  write_scenario(dir.path(), params, 8, {.rotate = true});
+  transform_dir(dir);
+  expect_outputs(dir / "out", params, 8, 4);
+  for (index_t t = 0; t < 4; ++t) {
+    checkpoint_reader src(dir / "src" / ("rank_" + std::to_string(t)) / "net.ckpt");
+    checkpoint_reader out(dir / "out" / ("rank_" + std::to_string(t)) / ("checkpoint_" + std::to_string(t) + ".ckpt"));
+    std::vector<std::string> want, got;
+    for (const auto& e : src.entries()) want.emplace_back(e.name);
+    for (const auto& e : out.entries()) got.emplace_back(e.name);
+    EXPECT_EQ(got, want) << "target " << t << " in its base file's order";
   }
 }
 

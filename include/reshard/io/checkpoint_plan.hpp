@@ -196,9 +196,14 @@ inline std::optional<std::pair<std::size_t, std::size_t>> first_overlap(const st
 }  // namespace detail
 
 /// The boxes source rank `rank`'s file holds of a parameter: a range of `holds` (empty if none).
+/// A table listing ranks 0, 1, 2, ... once each (a strategy's, every rank read) has the rank's
+/// entry at its index: found there without a search.
 inline std::span<const std::pair<index_t, box>> held_boxes(const rank_boxes& holds, index_t rank) {
-  const auto lo = std::lower_bound(holds.begin(), holds.end(), rank,
-                                   [](const std::pair<index_t, box>& e, index_t r) { return e.first < r; });
+  const auto at = static_cast<std::size_t>(rank);
+  const bool direct = rank >= 0 && at < holds.size() && holds[at].first == rank && (at == 0 || holds[at - 1].first < rank);
+  const auto lo = direct ? holds.begin() + static_cast<std::ptrdiff_t>(at)
+                         : std::lower_bound(holds.begin(), holds.end(), rank,
+                                            [](const std::pair<index_t, box>& e, index_t r) { return e.first < r; });
   auto hi = lo;
   while (hi != holds.end() && hi->first == rank) ++hi;
   return {holds.data() + (lo - holds.begin()), static_cast<std::size_t>(hi - lo)};
@@ -210,6 +215,7 @@ inline std::span<const std::pair<index_t, box>> held_boxes(const rank_boxes& hol
 inline const box* held_box(const rank_boxes& holds, index_t rank, const box& where) {
   const auto mine = held_boxes(holds, rank);
   if (mine.empty()) return nullptr;
+  if (mine.size() == 1) return &mine.front().second;
   for (const auto& e : mine)
     if (intersect(where, e.second) == where) return &e.second;
   return &mine.front().second;

@@ -442,8 +442,16 @@ class transform_job {
 
   // Item `it` of target t in the plan, checked: a raw copy, or its transfers (pieces_of), each
   // sender's box recorded in the plan's source table.
-  // The source ranks listed so far in each parameter's checkpoint_plan::holds.
-  using listed_ranks = std::unordered_map<const rank_boxes*, std::vector<bool>>;
+  // Per sliced parameter: its checkpoint_plan::holds entry, and the source ranks listed there so
+  // far (scratch: the pieces of the item at hand).
+  struct listed_holds {
+    rank_boxes* holds = nullptr;
+    std::vector<bool> seen;
+  };
+  struct listed_ranks {
+    std::unordered_map<const param_info*, listed_holds> by_param;
+    std::vector<parameter_catalogue::piece> pieces;
+  };
 
   plan_item plan_item_of(const transform_target& t, out_item& it, checkpoint_plan& pl, listed_ranks& listed) {
     plan_item pi;
@@ -472,12 +480,13 @@ class transform_job {
     param_info& p = *it.p;
     catalogue_.resolve(p);
     pi.target = catalogue_.target_box(it, t.rank);
-    std::vector<parameter_catalogue::piece> pieces;
+    std::vector<parameter_catalogue::piece>& pieces = listed.pieces;
     if (!p.src && !p.chunked) {  // not in the source strategy: whole from the base file t % M
       catalogue_.check_source(p, it.base);
+      pieces.clear();
       pieces.push_back({it.base, pi.target, box{index_list(p.shape.size(), 0), p.shape}});
     } else {
-      pieces = catalogue_.pieces_of(it, t.rank, pi.target);
+      catalogue_.pieces_of(it, t.rank, pi.target, pieces);
       for (const auto& pc : pieces) catalogue_.check_source(p, pc.rank);
     }
     decide_item_cast(it);
@@ -490,17 +499,18 @@ class transform_job {
     pi.source_bytes = p.scalar ? elem : static_cast<std::uint64_t>(volume(pi.target)) * elem;
     pi.bytes = pi.from == pi.to ? pi.source_bytes : pi.source_bytes / elem * element_size(pi.to);
     pi.transfers.reserve(pieces.size());
-    auto holds = pl.holds.find(pi.source_name);  // what each sender's file holds of the parameter
-    if (holds == pl.holds.end()) holds = pl.holds.try_emplace(pi.source_name).first;
-    std::vector<bool>& seen = listed[&holds->second];  // the ranks listed
-    if (seen.empty()) seen.resize(static_cast<std::size_t>(catalogue_.source_ranks()));
-    for (const parameter_catalogue::piece& pc : pieces) {
+    listed_holds& l = listed.by_param[&p];
+    if (!l.holds) {  // what each sender's file holds of the parameter, and the ranks listed
+      l.holds = &pl.holds[pi.source_name];
+      l.seen.resize(static_cast<std::size_t>(catalogue_.source_ranks()));
+    }
+    for (parameter_catalogue::piece& pc : pieces) {
       pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem});
       if (p.chunked) {  // a DCP file may hold several chunks: each listed (sort_by_rank drops repeats)
-        holds->second.emplace_back(pc.rank, pc.held);
-      } else if (!seen[static_cast<std::size_t>(pc.rank)]) {
-        seen[static_cast<std::size_t>(pc.rank)] = true;
-        holds->second.emplace_back(pc.rank, pc.held);
+        l.holds->emplace_back(pc.rank, std::move(pc.held));
+      } else if (!l.seen[static_cast<std::size_t>(pc.rank)]) {
+        l.seen[static_cast<std::size_t>(pc.rank)] = true;
+        l.holds->emplace_back(pc.rank, std::move(pc.held));
       }
     }
     if (!p.src && !p.chunked)

@@ -120,25 +120,27 @@ inline index_t available_owner(const partition& ps, index_t k, const std::map<in
 /// transform_replica_policy), as pieces. A
 /// planned sender whose file was not given (in `files`: by-rank transforms given other files
 /// than rank_list_for_transform names) is replaced by the lowest owner of the same region whose
-/// file was given: the same bytes. `op` starts the message when none was given.
-inline std::vector<catalogue_piece> catalogue_pieces(const out_item& it, index_t t, const box& tb,
-                                                     const std::map<index_t, std::filesystem::path>& files,
-                                                     const std::string& op) {
-  std::vector<catalogue_piece> out;
+/// file was given: the same bytes. `op` starts the message when none was given. The pieces
+/// replace `out`'s; `xs` is scratch (both kept by the caller, so that the items of thousands of
+/// targets reuse one allocation).
+inline void catalogue_pieces(const out_item& it, index_t t, const box& tb,
+                             const std::map<index_t, std::filesystem::path>& files, const std::string& op,
+                             std::vector<catalogue_piece>& out, std::vector<transfer>& xs) {
+  out.clear();
   const param_info& p = *it.p;
   if (p.chunked) {  // the box cut by the chunks that meet it
     for (const auto& [r, b] : p.boxes) {
       const box in = intersect(b, tb);
       if (volume(in) > 0) out.push_back({r, in, b});
     }
-    return out;
+    return;
   }
   if (!p.src) {  // not listed in the source strategy: whole in the base file t % M
     out.push_back({it.base, tb, box{index_list(p.shape.size(), 0), p.shape}});
-    return out;
+    return;
   }
   const rank_planner& rp = it.dst ? *it.dst->planner : *p.whole;
-  std::vector<transfer> xs;
+  xs.clear();
   rp.receives(t, xs);
   out.reserve(xs.size());
   for (const transfer& x : xs) {
@@ -157,7 +159,6 @@ inline std::vector<catalogue_piece> catalogue_pieces(const out_item& it, index_t
     }
     out.push_back({r, x.where, rp.source().box_of_rank(r)});
   }
-  return out;
 }
 
 /// A PyTorch DCP checkpoint as the source of a transform (instead of a strategy and rank files).
@@ -420,11 +421,20 @@ class parameter_catalogue {
         if (selected(c.fqn)) visit_listed(params_.at(c.fqn));
       return;
     }
-    for (const auto& e : rd.entries()) {
+    const auto entries = rd.entries();
+    if (entry_params_.size() < entries.size()) entry_params_.resize(entries.size(), nullptr);
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+      const auto& e = entries[k];
       if (!selected(e.name)) continue;
-      auto pit = params_.find(e.name);
-      if (pit != params_.end()) {
-        visit_listed(pit->second);
+      // rank files list the same names in the same order: the parameter the previous base
+      // file's entry k was is checked with one comparison before params_ is searched
+      param_info*& known = entry_params_[k];
+      if (!known || std::string_view(known->name) != std::string_view(e.name)) {
+        const auto pit = params_.find(e.name);
+        known = pit == params_.end() ? nullptr : &pit->second;
+      }
+      if (known) {
+        visit_listed(*known);
       } else {
         out_item it;
         it.raw = &e;
@@ -601,9 +611,9 @@ class parameter_catalogue {
     return it.dst->part.box_of_rank(t);
   }
 
-  // The pieces of target t's box `tb` of a sliced item (catalogue_pieces).
-  std::vector<piece> pieces_of(const out_item& it, index_t t, const box& tb) const {
-    return catalogue_pieces(it, t, tb, files_, op_);
+  // The pieces of target t's box `tb` of a sliced item (catalogue_pieces), in place of `out`'s.
+  void pieces_of(const out_item& it, index_t t, const box& tb, std::vector<piece>& out) {
+    catalogue_pieces(it, t, tb, files_, op_, out, transfers_);
   }
 
   // The bytes of target t's box that source rank t's own file holds of sliced item `it`.
@@ -631,6 +641,8 @@ class parameter_catalogue {
   bool collected_ = false;
   std::optional<name_selection> names_;  // with name_rules: the selection
   std::optional<dcp_source> dcp_;        // a DCP checkpoint as the source (no src_)
+  std::vector<transfer> transfers_;      // pieces_of's scratch
+  std::vector<param_info*> entry_params_;  // for_each_item: the parameter of each base file entry, or null
 };
 
 }  // namespace detail
