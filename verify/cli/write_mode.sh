@@ -56,24 +56,10 @@ if [[ -d /dev/shm && $(stat -f -c %T /dev/shm) == tmpfs ]]; then
 fi
 
 # direct writes refused by the filesystem. The scenario's files are smaller than one direct block
-# (they go out buffered at commit, no direct write tried): a 64 KiB float32 [64, 256] safetensors
-# source split by rows into 4 targets of 16 KiB, each made of one direct write(2) and a buffered tail
+# (they go out buffered at commit, no direct write tried): row_blocks_source's 4 targets of 16 KiB
+# are each one direct write(2) and a buffered tail
 big=$tmp/big
-mkdir -p "$big/src/rank_0"
-"$PY" - "$big" <<'EOF'
-import json, struct, sys
-d = sys.argv[1]
-data = b"".join(struct.pack("<f", float(i % 1000)) for i in range(64 * 256))
-h = {"w": {"dtype": "F32", "shape": [64, 256], "data_offsets": [0, len(data)]}}
-t = json.dumps(h).encode()
-t += b" " * (-len(t) % 8)
-with open(d + "/src/rank_0/checkpoint_0.safetensors", "wb") as f:
-    f.write(struct.pack("<Q", len(t)) + t + data)
-layout = {"dev_matrix": [4], "tensor_map": [0, -1], "tensor_shape": [64, 256], "field": 0,
-          "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}
-with open(d + "/dst.json", "w") as f:
-    json.dump({"current_stage": 1, "parallel_layout_item": {"w": layout}}, f)
-EOF
+row_blocks_source "$big"
 split=(--src-dir "$big/src" --dst-strategy "$big/dst.json")
 ok "split by rows, buffered" transform "${split[@]}" --dst-dir "$big/ref" --write-mode buffered
 # every direct write refused (=0), or those after the first two (=2: two files of the four); 1 and 2 jobs
