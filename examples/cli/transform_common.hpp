@@ -449,7 +449,12 @@ inline void print_summary(const std::string& prog, const std::string& what, cons
             << "  jobs            " << s.jobs << (s.jobs == 1 ? " target file at a time" : " target files at a time")
             << ", reads by " << io::to_string(s.reads)
             << (s.source_filesystem.empty() ? std::string() : " from " + s.source_filesystem) << ", writes "
-            << io::to_string(s.writes) << (s.synced ? "" : ", outputs not fsynced (--no-sync)") << '\n'
+            << io::to_string(s.writes)
+            << (s.direct_refused_files == 0
+                    ? std::string()
+                    : " (" + std::to_string(s.direct_refused_files) + (s.direct_refused_files == 1 ? " file" : " files") +
+                          " buffered: the filesystem refused O_DIRECT)")
+            << (s.synced ? "" : ", outputs not fsynced (--no-sync)") << '\n'
             << "  peak memory     " << format_bytes(static_cast<double>(s.peak_rss_bytes))
             << (shares ? " (resident set of the largest process" : " (resident set of the process")
             << (s.max_memory ? "; --max-memory " + format_bytes(static_cast<double>(s.max_memory)) + ", chunk buffers of " +

@@ -107,6 +107,28 @@ scenario() {
   return 0
 }
 
+# row_blocks_source DIR: a source of one rank, DIR/src/rank_0/checkpoint_0.safetensors (a float32
+# tensor "w" of [64, 256], 64 KiB), and DIR/dst.json, a JSON strategy splitting it by rows on 4
+# ranks: 4 target files of 16 KiB, each larger than a direct write's 4 KiB block (the scenarios'
+# files are smaller than one)
+row_blocks_source() {
+  mkdir -p "$1/src/rank_0"
+  "$PY" - "$1" <<'EOF'
+import json, struct, sys
+d = sys.argv[1]
+data = b"".join(struct.pack("<f", float(i % 1000)) for i in range(64 * 256))
+h = {"w": {"dtype": "F32", "shape": [64, 256], "data_offsets": [0, len(data)]}}
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+with open(d + "/src/rank_0/checkpoint_0.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(t)) + t + data)
+layout = {"dev_matrix": [4], "tensor_map": [0, -1], "tensor_shape": [64, 256], "field": 0,
+          "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}
+with open(d + "/dst.json", "w") as f:
+    json.dump({"current_stage": 1, "parallel_layout_item": {"w": layout}}, f)
+EOF
+}
+
 finish() {
   echo "$passed passed, $failed failed"
   [[ $failed -eq 0 ]]

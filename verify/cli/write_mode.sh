@@ -4,7 +4,11 @@
 # transform, merge and execute, with one job and two; the summary says which mode ran (auto:
 # direct where the outputs are fsynced on a local disk filesystem and reads are not mmap,
 # buffered on tmpfs and with --no-sync); direct with --read-mode mmap is refused (exit 1, nothing
-# written); an unknown mode is bad usage (exit 2). The default --jobs is one per core, two per core
+# written); an unknown mode is bad usage (exit 2). A filesystem that refuses O_DIRECT (injected:
+# RESHARD_TEST_DIRECT_EINVAL_AFTER=0 refuses every direct write(2)) gets the same files written
+# buffered, and the summary counts them (JSON direct_refused_files; the text "N files buffered"),
+# summed over the jobs, for transform and execute; RESHARD_TEST_DIRECT_EINVAL_AFTER=2 lets two
+# direct writes through, and two files of the four are counted. The default --jobs is one per core, two per core
 # with direct writes.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"  # $tmp: in the system's temporary directory, a disk usually
@@ -49,6 +53,38 @@ if [[ -d /dev/shm && $(stat -f -c %T /dev/shm) == tmpfs ]]; then
   expect_json "auto on tmpfs is buffered" 'j["write_mode"] == "buffered"' \
     transform --src-dir "$d/src" --dst-dir "$shm/out" "${strategies[@]}" --json
   rm -rf "$shm"
+fi
+
+# direct writes refused by the filesystem. The scenario's files are smaller than one direct block
+# (they go out buffered at commit, no direct write tried): row_blocks_source's 4 targets of 16 KiB
+# are each one direct write(2) and a buffered tail
+big=$tmp/big
+row_blocks_source "$big"
+split=(--src-dir "$big/src" --dst-strategy "$big/dst.json")
+ok "split by rows, buffered" transform "${split[@]}" --dst-dir "$big/ref" --write-mode buffered
+# every direct write refused (=0), or those after the first two (=2: two files of the four); 1 and 2 jobs
+for after in 0 2; do
+  want=$((after == 0 ? 4 : 2))
+  for jobs in 1 2; do
+    RESHARD_TEST_DIRECT_EINVAL_AFTER=$after expect_json "direct refused after $after writes, --jobs $jobs: $want files counted" \
+      "j[\"write_mode\"] == \"direct\" and j[\"files\"] == 4 and j[\"direct_refused_files\"] == $want" \
+      transform "${split[@]}" --dst-dir "$big/refused_${after}_$jobs" --write-mode direct --jobs "$jobs" --json
+    if same_tree "$big/ref" "$big/refused_${after}_$jobs"; then pass; else fail "refused after $after, --jobs $jobs: outputs differ"; fi
+  done
+done
+RESHARD_TEST_DIRECT_EINVAL_AFTER=0 expect_text "direct refused: the text summary says so" \
+  'writes direct \(4 files buffered: the filesystem refused O_DIRECT\)' \
+  transform "${split[@]}" --dst-dir "$big/refused_text" --write-mode direct
+if same_tree "$big/ref" "$big/refused_text"; then pass; else fail "direct refused (text): outputs differ"; fi
+ok "split: plan-out" transform "${split[@]}" --dst-dir "$big/planned" --plan-out "$big/plan.json"
+RESHARD_TEST_DIRECT_EINVAL_AFTER=0 expect_json "execute, direct refused: every file counted" \
+  'j["write_mode"] == "direct" and j["direct_refused_files"] == 4' execute "$big/plan.json" --write-mode direct --json
+if same_tree "$big/ref" "$big/planned"; then pass; else fail "execute, direct refused: outputs differ"; fi
+if [[ $disk -eq 1 ]]; then  # a local disk takes O_DIRECT: nothing counted, the text plain
+  expect_json "direct on $fs: no file buffered" 'j["direct_refused_files"] == 0' \
+    transform "${split[@]}" --dst-dir "$big/taken" --write-mode direct --json
+  expect_text "direct on $fs: the text summary says direct alone" 'writes direct$' \
+    transform "${split[@]}" --dst-dir "$big/taken_text" --write-mode direct
 fi
 
 # the default jobs: one per core, two per core with direct writes, at most one per target (4 here)

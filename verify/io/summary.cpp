@@ -41,6 +41,7 @@ io::transform_summary random_summary() {
   s.buffer_bytes = *rc::gen::arbitrary<std::uint64_t>();
   s.reads = *rc::gen::element(io::read_mode::automatic, io::read_mode::mmap, io::read_mode::pread);
   s.writes = *rc::gen::element(io::write_mode::buffered, io::write_mode::direct);
+  if (s.writes == io::write_mode::direct) s.direct_refused_files = *rc::gen::inRange<std::size_t>(0, 1000);
   const auto fs_list = *rc::gen::container<std::vector<std::string>>(rc::gen::element<std::string>("ext4", "tmpfs", "fuse"));
   const std::set<std::string> fs(fs_list.begin(), fs_list.end());
   for (const auto& f : fs) s.source_filesystem += (s.source_filesystem.empty() ? "" : ",") + f;
@@ -80,6 +81,7 @@ void expect_same(const io::transform_summary& a, const io::transform_summary& b)
   RC_ASSERT(a.buffer_bytes == b.buffer_bytes);
   RC_ASSERT(a.reads == b.reads);
   RC_ASSERT(a.writes == b.writes);
+  RC_ASSERT(a.direct_refused_files == b.direct_refused_files);
   RC_ASSERT(a.source_filesystem == b.source_filesystem);
   RC_ASSERT(a.synced == b.synced);
   RC_ASSERT(a.outputs == b.outputs);
@@ -125,6 +127,7 @@ RC_GTEST_PROP(summary, the_brief_json_lists_the_files_without_their_tensors, ())
   RC_ASSERT(j.at("casts").size() == s.casts.size());
   RC_ASSERT(j.at("read_mode") == std::string(io::to_string(s.reads)));
   RC_ASSERT(j.at("write_mode") == std::string(io::to_string(s.writes)));
+  RC_ASSERT(j.at("direct_refused_files") == s.direct_refused_files);
 }
 
 RC_GTEST_PROP(summary, merging_one_summary_gives_it_back, ()) {
@@ -141,7 +144,7 @@ RC_GTEST_PROP(summary, merge_sums_maxima_minima_and_unions_every_field, ()) {
   std::vector<io::transform_summary> parts;
   for (int i = 0; i < n; ++i) parts.push_back(random_summary());
   const auto m = io::merge_summaries(parts);
-  std::uint64_t files = 0, bytes_written = 0, jobs = 0, bytes_read = 0, file_bytes_read = 0;
+  std::uint64_t files = 0, bytes_written = 0, jobs = 0, bytes_read = 0, file_bytes_read = 0, refused = 0;
   double seconds = 0;
   std::uint64_t rss = 0, buffer = parts.front().buffer_bytes;
   bool synced = true;
@@ -152,6 +155,7 @@ RC_GTEST_PROP(summary, merge_sums_maxima_minima_and_unions_every_field, ()) {
     bytes_written += p.bytes_written;
     bytes_read += p.bytes_read;  // modulo 2^64, as the merge adds them
     file_bytes_read += p.file_bytes_read;
+    refused += p.direct_refused_files;
     jobs += p.jobs;
     seconds = std::max(seconds, p.seconds);
     rss = std::max(rss, p.peak_rss_bytes);
@@ -172,6 +176,7 @@ RC_GTEST_PROP(summary, merge_sums_maxima_minima_and_unions_every_field, ()) {
   RC_ASSERT(m.bytes_written == bytes_written);
   RC_ASSERT(m.bytes_read == bytes_read);
   RC_ASSERT(m.file_bytes_read == file_bytes_read);
+  RC_ASSERT(m.direct_refused_files == refused);
   RC_ASSERT(m.jobs == jobs);
   RC_ASSERT(m.seconds == seconds);
   RC_ASSERT(m.peak_rss_bytes == rss);
@@ -236,4 +241,9 @@ TEST(summary, a_summary_missing_a_key_is_an_error_naming_it) {
   EXPECT_THROW((void)io::summary_from_json(j), reshard::error);
   j.erase("write_mode");  // a summary of an earlier version: buffered
   EXPECT_EQ(io::summary_from_json(j).writes, io::write_mode::buffered);
+  j = io::to_json(io::transform_summary{}, io::summary_detail::tensors);
+  j.erase("direct_refused_files");  // a summary of an earlier version: no file fell back
+  EXPECT_EQ(io::summary_from_json(j).direct_refused_files, 0u);
+  j["direct_refused_files"] = "two";
+  EXPECT_THROW((void)io::summary_from_json(j), reshard::error);
 }

@@ -254,8 +254,9 @@ TEST(jobs, cpu_bound_work_gets_at_most_one_thread_per_core_also_with_direct_writ
 // write_mode direct where the filesystem refuses the direct writes with EINVAL (injected: every
 // direct write(2) of the process refused, the test-only hook RESHARD_TEST_DIRECT_EINVAL_AFTER=0,
 // detail::direct_refusal_hook()): a conversion of a 2.8 MB checkpoint writes its file buffered
-// instead, the same bytes as a run whose direct writes went through, and the summary still says
-// what the run did: direct writes asked (write_mode), the same file, size and SHA-256 digest.
+// instead, the same bytes as a run whose direct writes went through, and the summary says what
+// the run did: direct writes asked (write_mode), one file written buffered instead
+// (direct_refused_files), the same file, size and SHA-256 digest.
 TEST(write_mode, direct_writes_refused_by_the_filesystem_give_the_same_files_buffered) {
   temp_dir disk(fs::temp_directory_path());  // a disk, usually: O_DIRECT taken at fcntl
   {
@@ -276,7 +277,9 @@ TEST(write_mode, direct_writes_refused_by_the_filesystem_give_the_same_files_buf
   const transform_summary refused = convert_checkpoint(disk / "src.ckpt", disk / "refused.safetensors", o);
   if (local_disk_filesystem(filesystem_name(disk.path()))) {
     EXPECT_GE(hook.used.load(), 1u) << "no direct write tried";
+    EXPECT_EQ(direct.direct_refused_files, 0u);  // a local disk takes O_DIRECT
   }
+  EXPECT_EQ(refused.direct_refused_files, 1u);
   EXPECT_TRUE(read_bytes(disk / "direct.safetensors") == read_bytes(disk / "refused.safetensors"));
   EXPECT_GT(fs::file_size(disk / "refused.safetensors"), 2'800'000u);
   EXPECT_EQ(refused.writes, write_mode::direct);

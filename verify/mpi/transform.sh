@@ -9,7 +9,8 @@
 # only its share) is refused as one process refuses it; a bad source file that only
 # one process reads, an unwritable target of one process and an existing output each fail the
 # whole run with the message printed once and nothing written; a process killed after its first
-# file fails the job and leaves no output under a final name.
+# file fails the job and leaves no output under a final name; files written buffered because the
+# filesystem refused direct writes are counted across the processes.
 # Environment: RESHARD (the program, built with MPI), MPIEXEC (mpiexec), MPIEXEC_FLAGS (e.g.
 # --oversubscribe), RESHARD_TEST_PY; Open MPI as root also needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM).
 set -euo pipefail
@@ -272,6 +273,17 @@ parts=$(find "$d/killed2" -name '*.part' | wc -l)
 if [[ $rc_plain -eq 0 && $rc -ne 0 && -z $finals && $parts -ge 1 ]]; then pass; else
   fail "process 1 killed after its first file: the job fails, no output under its final name" \
     "exit codes $rc_plain (no kill), $rc (kill)" "finals: $finals" "stderr: $err"
+fi
+
+# direct writes refused by the filesystem (RESHARD_TEST_DIRECT_EINVAL_AFTER=0, in every process):
+# the files written buffered are counted in each process and summed in the one summary
+row_blocks_source "$tmp/rows"
+RESHARD_TEST_DIRECT_EINVAL_AFTER=0 mrun 2 transform --src-dir "$tmp/rows/src" --dst-dir "$tmp/rows/out" \
+  --dst-strategy "$tmp/rows/dst.json" --write-mode direct --json
+if [[ $rc -eq 0 ]] && printf '%s' "$out" | "$PY" -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if j["files"] == 4 and j["direct_refused_files"] == 4 and len(j["processes"]) == 2 else 1)'; then
+  pass
+else
+  fail "2 processes, direct writes refused: the 4 files counted in the one summary" "exit code $rc" "stdout: $out" "stderr: $err"
 fi
 
 # the other subcommands run as one process only

@@ -469,6 +469,8 @@ class ckpt_writer {
   const std::filesystem::path& path() const noexcept { return out_.destination(); }
   /// The bytes written so far (after commit(): the file's size).
   std::uint64_t size() const noexcept { return out_.size(); }
+  /// The file being written (whether its writes are direct, or were refused: write_mode::direct).
+  const atomic_file_writer& file() const noexcept { return out_; }
 
   /// Writes tensor `name` whose content is `content`.
   void write(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::span<const std::byte> content) {

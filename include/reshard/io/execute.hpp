@@ -95,7 +95,8 @@ inline unsigned cpu_jobs(unsigned jobs) noexcept {
 
 /// Writes every target of `plan` to staged files of `out` (parallel over targets); the caller
 /// then syncs and commits `out`. Returns the counts (files, sliced, copied, bytes_read,
-/// bytes_written: the files' sizes) and the files written (written), merged over the targets.
+/// bytes_written: the files' sizes, direct_refused_files) and the files written (written), merged
+/// over the targets.
 inline transform_summary write_plan_targets(const checkpoint_plan& plan, const plan_sources& sources,
                                             staged_outputs& out, const plan_write_config& c, const std::string& op) {
   std::vector<std::vector<std::filesystem::path>> parts;
@@ -135,6 +136,7 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
       transform_summary& s = done[g];
       s.written = std::move(sinks[g]->records());
       s.files = s.written.size();
+      s.direct_refused_files = sinks[g]->direct_refused_files();
       s.bytes_written = 0;
       for (const auto& w : s.written) s.bytes_written += w.bytes;
       per[group[g]] = std::move(s);

@@ -316,6 +316,8 @@ class safetensors_writer {
   const std::filesystem::path& path() const noexcept { return out_.destination(); }
   /// The bytes written so far (after commit(): the file's size).
   std::uint64_t size() const noexcept { return out_.size(); }
+  /// The file being written (whether its writes are direct, or were refused: write_mode::direct).
+  const atomic_file_writer& file() const noexcept { return out_; }
   /// The declared tensors in data order.
   std::span<const safetensors_tensor_info> order() const noexcept { return tensors_; }
 

@@ -123,6 +123,9 @@ struct transform_summary {
   std::uint64_t buffer_bytes = 0;     ///< the chunk buffer of each job (fitted to max_memory)
   read_mode reads = read_mode::pread;  ///< how the source tensors were read
   write_mode writes = write_mode::buffered;  ///< how the outputs were written (resolve_write_mode)
+  /// write_mode::direct: the files written buffered instead, the filesystem having refused
+  /// O_DIRECT when the file was opened or at a write (atomic_file_writer::direct_refused())
+  std::size_t direct_refused_files = 0;
   std::string source_filesystem;      ///< the filesystems of the files read (filesystem_name), comma-separated
   bool synced = true;                 ///< the outputs were fsynced (transform_options::sync)
   std::vector<std::filesystem::path> outputs;  ///< the files written, by target rank
@@ -231,6 +234,7 @@ inline nlohmann::json to_json(const transform_summary& s, summary_detail level =
   j["synced"] = s.synced;
   j["read_mode"] = to_string(s.reads);
   j["write_mode"] = to_string(s.writes);
+  j["direct_refused_files"] = s.direct_refused_files;
   j["source_filesystem"] = s.source_filesystem;
   j["written"] = nlohmann::json::array();
   for (const auto& w : s.written) {
@@ -276,6 +280,8 @@ inline transform_summary summary_from_json(const nlohmann::json& j) {
         report_error("transform summary: \"write_mode\" is not buffered or direct");
       s.writes = *mode;
     }
+    if (auto n = j.find("direct_refused_files"); n != j.end())  // absent from the summaries of earlier versions
+      s.direct_refused_files = n->get<std::size_t>();
     s.source_filesystem = j.at("source_filesystem").get<std::string>();
     for (const auto& f : j.at("written")) {
       written_file w;
@@ -318,6 +324,7 @@ transform_summary merge_summaries(std::span<Part> parts, bool move_files) {
     s.bytes_read += p.bytes_read;
     s.file_bytes_read += p.file_bytes_read;
     s.bytes_written += p.bytes_written;
+    s.direct_refused_files += p.direct_refused_files;
     s.jobs += p.jobs;
     s.seconds = std::max(s.seconds, p.seconds);
     s.peak_rss_bytes = std::max(s.peak_rss_bytes, p.peak_rss_bytes);

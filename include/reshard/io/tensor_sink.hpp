@@ -97,7 +97,7 @@ class target_file_sink final : public tensor_sink {
   }
 
   void open_file(std::size_t k) override {
-    if (st_) st_->commit(), close_record(st_->size());
+    if (st_) st_->commit(), close_record(st_->size(), st_->file());
     RESHARD_EXPECTS(k == records_.size(), "target_file_sink: files opened out of order");
     written_file& rec = records_.emplace_back();
     rec.path = t_.files[k];
@@ -113,6 +113,7 @@ class target_file_sink final : public tensor_sink {
     if (t_.format == checkpoint_format::dcp) {
       dcp_.emplace(staged_[k], true, "dcp", o_.durability, o_.writes);
       if (on_write) dcp_->observe(std::move(on_write));
+      opened_buffered_ = o_.writes == write_mode::direct && !dcp_->direct();
       return;
     }
     if (t_.format == checkpoint_format::ckpt) {
@@ -122,6 +123,7 @@ class target_file_sink final : public tensor_sink {
                                                    .durability = o_.durability,
                                                    .writes = o_.writes,
                                                    .on_write = std::move(on_write)});
+      opened_buffered_ = o_.writes == write_mode::direct && !ckpt_->file().direct();
       return;
     }
     safetensors_write_options so{.metadata = {{"format", t_.safetensors_format}},
@@ -132,6 +134,7 @@ class target_file_sink final : public tensor_sink {
                                  .writes = o_.writes,
                                  .on_write = std::move(on_write)};
     st_.emplace(staged_[k], std::move(infos), std::move(so));
+    opened_buffered_ = o_.writes == write_mode::direct && !st_->file().direct();
   }
   void begin(std::string_view name, dtype type, std::span<const std::int64_t> dims, std::uint64_t bytes) override {
     if (ckpt_) ckpt_->begin(name, type, dims, bytes);
@@ -163,9 +166,9 @@ class target_file_sink final : public tensor_sink {
     return true;
   }
   void finish() override {
-    if (ckpt_) ckpt_->commit(), close_record(ckpt_->size());
-    if (st_) st_->commit(), close_record(st_->size());
-    if (dcp_) copy_byte_items(), dcp_->commit(), close_record(dcp_->size());
+    if (ckpt_) ckpt_->commit(), close_record(ckpt_->size(), ckpt_->file());
+    if (st_) st_->commit(), close_record(st_->size(), st_->file());
+    if (dcp_) copy_byte_items(), dcp_->commit(), close_record(dcp_->size(), *dcp_);
     ckpt_.reset();
     st_.reset();
     dcp_.reset();
@@ -183,13 +186,19 @@ class target_file_sink final : public tensor_sink {
     atomic_file_writer w(staged_[k], true, "hf", o_.durability, o_.writes);
     sha256 d;
     if (o_.digests) w.observe([&d](std::span<const std::byte> b) { d.update(b); });
+    opened_buffered_ = o_.writes == write_mode::direct && !w.direct();
     w.write(text);
     w.commit();
     records_.push_back({t_.files[k], text.size(), o_.digests ? d.hex() : std::string(), {}});
+    note_fallback(w);
   }
 
   /// The files written, in order (after finish()).
   std::vector<written_file>& records() noexcept { return records_; }
+  /// Of those, the files written buffered though direct writes were asked (write_mode::direct):
+  /// the filesystem refused O_DIRECT when the file was opened or at a write
+  /// (atomic_file_writer::direct_refused()).
+  std::size_t direct_refused_files() const noexcept { return direct_refused_files_; }
 
  private:
   // A DCP target's byte items (plan_target::byte_items) after its tensors, copied as stored, in
@@ -209,10 +218,16 @@ class target_file_sink final : public tensor_sink {
       }
     }
   }
-  void close_record(std::uint64_t bytes) {  // `bytes`: what the writer wrote, the file's size
+  // `bytes`: what the writer `w` wrote, the file's size
+  void close_record(std::uint64_t bytes, const atomic_file_writer& w) {
     written_file& rec = records_.back();
     rec.bytes = bytes;
     if (o_.digests) rec.sha256 = digest_->hex();
+    note_fallback(w);
+  }
+  void note_fallback(const atomic_file_writer& w) noexcept {
+    if (opened_buffered_ || w.direct_refused()) ++direct_refused_files_;
+    opened_buffered_ = false;
   }
 
   const plan_target& t_;
@@ -226,6 +241,8 @@ class target_file_sink final : public tensor_sink {
   std::uint32_t crc_ = 0;
   std::optional<sha256> digest_;
   std::vector<written_file> records_;
+  bool opened_buffered_ = false;           // direct asked, the current file's writer buffered from its start
+  std::size_t direct_refused_files_ = 0;   // direct_refused_files()
 };
 
 // ---------------------------------------------------------------------------------------------
