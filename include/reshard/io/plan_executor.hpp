@@ -133,15 +133,16 @@ inline std::pair<index_t, index_t> held_span(const box& held, const box& where) 
   }
   return {lo, hi};
 }
-// Do targets a and b read overlapping ranges of one file in their first sliced item (the same
-// item of both)? Targets that read the same files but disjoint ranges (row blocks of column
-// blocks) gain nothing together, and a group holds a file writer per target.
+// Do targets a and b read overlapping ranges of one file in one of their sliced items (the same
+// item of both: the same source tensor of the same rank)? Targets that read the same files but
+// disjoint ranges (row blocks of column blocks) gain nothing together, and a group holds a file
+// writer per target.
 inline bool share_reads(const checkpoint_plan& plan, const plan_target& a, const plan_target& b) {
   for (std::size_t k = 0; k < a.items.size() && k < b.items.size(); ++k) {
     const plan_item &x = a.items[k], &y = b.items[k];
-    if (x.transfers.empty()) continue;
+    if (x.transfers.empty() || y.transfers.empty() || y.source_name != x.source_name) continue;
     const auto holds = plan.holds.find(x.source_name);
-    if (y.transfers.empty() || y.source_name != x.source_name || holds == plan.holds.end()) return false;
+    if (holds == plan.holds.end()) continue;
     for (const plan_transfer& u : x.transfers)
       for (const plan_transfer& v : y.transfers) {
         if (u.rank != v.rank || volume(u.where) == 0 || volume(v.where) == 0) continue;
@@ -151,38 +152,33 @@ inline bool share_reads(const checkpoint_plan& plan, const plan_target& a, const
         const auto su = held_span(*hu, u.where), sv = held_span(*hv, v.where);
         if (su.first <= sv.second && sv.first <= su.second) return true;
       }
-    return false;
   }
   return false;
 }
 }  // namespace detail
 
 /// The targets of `plan` in read groups, for plan_executor::run_targets: runs of consecutive
-/// targets with as many items whose sliced items read the same source files (the same ranks), at
-/// most `most` to a group, and only targets whose first sliced items read overlapping ranges of a
-/// file (detail::share_reads); a target with no sliced item is a group alone. The targets of a group
-/// need the same rows of the same files when they split them differently (4 row blocks read as a
-/// 2x4 grid: the 4 targets of a row read the same 2 files), and executed together they read each
-/// such range once. Every target is in exactly one group, the groups in the plan's order.
+/// targets with as many items, each reading an overlapping range of a file with the one before it
+/// (detail::share_reads: a sliced item of both reads the same source tensor of one rank), at most
+/// `most` to a group; a target with no sliced item is a group alone. The targets of a group need
+/// the same rows of the same files when they split them differently (4 row blocks read as a 2x4
+/// grid: the 4 targets of a row read the same 2 files; or 8 column blocks read as 12, where 3
+/// consecutive targets take all the columns of 2 sources' rows, each also reading its own rank's
+/// replicated tensors), and executed together they read each such range once, with no gap
+/// between the columns one target takes and the next. Every target is in exactly one group, the
+/// groups in the plan's order.
 inline std::vector<std::vector<std::size_t>> read_groups(const checkpoint_plan& plan, std::size_t most) {
   std::vector<std::vector<std::size_t>> out;
-  std::vector<index_t> prev, ranks;
   for (std::size_t i = 0; i < plan.targets.size(); ++i) {
     const plan_target& t = plan.targets[i];
-    ranks.clear();
-    for (const plan_item& it : t.items)
-      for (const plan_transfer& x : it.transfers) ranks.push_back(x.rank);
-    std::sort(ranks.begin(), ranks.end());
-    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    const bool joins = !out.empty() && !ranks.empty() && out.back().size() < most && ranks == prev &&
+    const bool joins = !out.empty() && out.back().size() < most &&
                        plan.targets[out.back().front()].items.size() == t.items.size() &&
-                       detail::share_reads(plan, plan.targets[out.back().front()], t);
+                       detail::share_reads(plan, plan.targets[out.back().back()], t);
     if (joins) {
       out.back().push_back(i);
     } else {
       out.push_back({i});
     }
-    prev.swap(ranks);
   }
   return out;
 }
