@@ -184,17 +184,20 @@ RC_GTEST_PROP(RankPlan, RankListIsTheSendersOfThePlan, (const layout_pair& lp)) 
 
 namespace {
 
-// The owner of `owners` (ascending) at the least distance from rank t, the lower of two, among
-// those that are ranks of `dst` if any is: found by a scan, not plan.hpp's search.
-index_t nearest_by_scan(const std::vector<index_t>& owners, index_t t, const layout& dst) {
+// The owner of `owners` (ascending) at the least distance from rank t, among those that are
+// ranks of `dst` if any is; of two, the upper if target rank t + 1 meets the owners' box `held`
+// and t - 1 does not, else the lower: found by a scan, not plan.hpp's search.
+index_t nearest_by_scan(const std::vector<index_t>& owners, index_t t, const layout& dst, const box& held) {
   std::vector<index_t> of_dst;
   for (index_t o : owners)
     if (laws::has_rank(dst, o)) of_dst.push_back(o);
   const std::vector<index_t>& among = of_dst.empty() ? owners : of_dst;
+  const auto meets = [&](index_t r) { return laws::has_rank(dst, r) && volume(intersect(box_of(dst, r), held)) > 0; };
+  const bool up = meets(t + 1) && !meets(t - 1);
   index_t best = among.front();
   for (index_t o : among) {
     const index_t d = o > t ? o - t : t - o, bd = best > t ? best - t : t - best;
-    if (d < bd) best = o;
+    if (d < bd || (d == bd && up)) best = o;
   }
   return best;
 }
@@ -238,7 +241,7 @@ std::string nearest_law(const layout& src, const layout& dst) {
     if (owners < 2 || needs == 0) continue;
     const index_t cap = 2 * ((needs + owners - 1) / owners);
     std::map<index_t, index_t> near_load;
-    for (std::size_t i : g.reads) ++near_load[nearest_by_scan(g.owners, nr.transfers[i].dst, dst)];
+    for (std::size_t i : g.reads) ++near_load[nearest_by_scan(g.owners, nr.transfers[i].dst, dst, box_of(src, g.owners.front()))];
     bool fits = true;
     for (const auto& [o, n] : near_load) fits = fits && n <= cap;
     std::map<index_t, index_t> load;
@@ -249,7 +252,7 @@ std::string nearest_law(const layout& src, const layout& dst) {
       if (load[x.src] > cap)
         return "nearest: rank " + std::to_string(x.src) + " serves more than " + std::to_string(cap) + " of the " +
                std::to_string(needs) + " targets of its region" + laws::in(rr);
-      const index_t want = fits ? nearest_by_scan(g.owners, x.dst, dst) : rr.transfers[i].src;
+      const index_t want = fits ? nearest_by_scan(g.owners, x.dst, dst, box_of(src, g.owners.front())) : rr.transfers[i].src;
       if (x.src != want)
         return "nearest: target " + std::to_string(x.dst) + " reads from " + std::to_string(x.src) + ", not " +
                std::to_string(want) + (fits ? " (the nearest owner)" : " (round robin's: the nearest do not fit)") +
@@ -308,14 +311,17 @@ RC_GTEST_PROP(RankPlan, NearestRunsReadNoMoreRanks, (const layout_pair& lp)) {
 
 // Source dev [4, 2] (the halves replicated on ranks 0, 2, 4, 6 and 1, 3, 5, 7) to 8 ranks that
 // take an eighth each: targets 1 and 3 read the first half, 4 and 6 the second, from the owner
-// nearest to each (ties: the lower), 0, 2, 3, 5, where round robin's turns give 4 and 6 the
-// owners 1 and 3: targets 4..7 then read ranks 1 and 3 beside their own.
+// nearest to each, 0, 2, 5, 5, where round robin's turns give 4 and 6 the owners 1 and 3:
+// targets 4..7 then read ranks 1 and 3 beside their own. Ties: target 4 is as near 3 as 5, and
+// takes 5, as target 5 needs the second half too and target 3 does not (4 and 5 read one file);
+// targets 1 (0 or 2) and 6 (5 or 7) have neighbours on both sides that need their half, and
+// take the lower; target 3 (2 or 4) the lower, as target 4 needs the other half.
 TEST(RankPlan, NearestReadsNeighbours) {
   const layout src = mindspore_layout({4, 2}, {0}, {16});
   const layout dst = mindspore_layout({8}, {0}, {16});
   const transfer_plan p = plan(src, dst, replica_policy::nearest);
   ASSERT_EQ(p.transfers.size(), 8u);
-  const index_t want[8] = {0, 0, 2, 2, 3, 5, 5, 7};
+  const index_t want[8] = {0, 0, 2, 2, 5, 5, 5, 7};
   const transfer_plan rr = plan(src, dst, replica_policy::round_robin);
   EXPECT_EQ(rr.transfers[4].src, 1);
   EXPECT_EQ(rr.transfers[6].src, 3);

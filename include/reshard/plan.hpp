@@ -192,15 +192,16 @@ enum class replica_policy : std::uint8_t {
   // @post the targets served by one owner of a region differ in count by at most one
   round_robin,
   /// Each target reads a region it lacks from the owner of that region nearest to it in rank
-  /// (the lower on a tie), among the owners that are target ranks when there are any, so that
-  /// a contiguous run of targets, which read their own ranks' files, reads few other files: a
+  /// (on a tie, the upper if only the next target rank needs the region too, else the lower:
+  /// neighbours that split a region read it from one owner), among the owners that are target
+  /// ranks when there are any, so that a contiguous run of targets, which read their own ranks' files, reads few other files: a
   /// checkpoint transform split into runs of target ranks opens fewer distinct source files. Where that would have one owner of a region
   /// serve more than twice round robin's most (2 ceil(T / g) of the T targets that need the
   /// region from its g owners), the region is dealt round robin instead. Any rank can derive
   /// its own part alone, as with round_robin (deciding a region costs O(T log g)).
   // @post per region, the targets served by one owner <= 2 ceil(T / g)
-  // @post per region, every target reads from an owner at the least rank distance (the lower
-  //       of two) among the owners that are target ranks (all owners if none is), or the
+  // @post per region, every target reads from an owner at the least rank distance (of two,
+  //       the upper if only target rank t + 1 of t - 1 and t + 1 meets the region) among the owners that are target ranks (all owners if none is), or the
   //       region's senders are round_robin's
   // @post per region with the nearest owners, the sender does not decrease as the target rank
   //       grows: a contiguous run of targets reads from a contiguous run of the region's owners
@@ -271,7 +272,7 @@ class rank_planner {
       const std::span<const index_t> mine = src_.owners_of(k, obuf);
       for_each_piece(dst_, src_.region_box(k), [&](index_t region, const box& b) {
         for (index_t o : dst_.owners_of(region, buf))
-          if (!src_.holds(o, k) && mine[nearest_index(mine, o)] == s) out.push_back({s, o, b});
+          if (!src_.holds(o, k) && mine[nearest_index(mine, o, k)] == s) out.push_back({s, o, b});
       });
       return;
     }
@@ -348,18 +349,25 @@ class rank_planner {
     }
   }
 
-  // The position in `owners` (ascending) of the one nearest to rank t, the lower on a tie; of
-  // the owners that are target ranks, if any (their own data is read anyway where each target
-  // reads its rank's source: a checkpoint's base files).
-  constexpr std::size_t nearest_index(std::span<const index_t> owners, index_t t) const {
+  // The position in `owners` (ascending: region k's) of the one nearest to rank t; of the owners
+  // that are target ranks, if any (their own data is read anyway where each target reads its
+  // rank's source: a checkpoint's base files). On a tie, the upper if target rank t + 1 needs
+  // region k and t - 1 does not, else the lower: targets that split a region between them (2
+  // targets taking 4 and 2 of a source's 6 columns) then read it from the same owner, so that
+  // read together (read groups) its rows are read once, without the gaps between their columns.
+  constexpr std::size_t nearest_index(std::span<const index_t> owners, index_t t, index_t k) const {
     auto first = std::lower_bound(owners.begin(), owners.end(), dst_.first_rank);
     auto last = std::lower_bound(first, owners.end(), dst_.first_rank + dst_.ranks);
     if (first == last) first = owners.begin(), last = owners.end();
     const auto it = std::lower_bound(first, last, t);
     auto i = static_cast<std::size_t>(it - owners.begin());
     if (it == last) return i - 1;
-    if (it != first && t - owners[i - 1] <= owners[i] - t) return i - 1;
-    return i;
+    if (it == first) return i;
+    if (t - owners[i - 1] != owners[i] - t) return t - owners[i - 1] < owners[i] - t ? i - 1 : i;
+    const auto needs = [&](index_t r) {
+      return dst_.has_rank(r) && volume(intersect(dst_.box_of_rank(r), src_.region_box(k))) > 0;
+    };
+    return needs(t + 1) && !needs(t - 1) ? i : i - 1;
   }
 
   // Whether every target that needs source region k can read it from its nearest owner with no
@@ -374,7 +382,7 @@ class rank_planner {
       for (index_t o : dst_.owners_of(region, tbuf)) {
         if (src_.holds(o, k)) continue;
         ++needs;
-        ++load[nearest_index(owners, o)];
+        ++load[nearest_index(owners, o, k)];
       }
     });
     const index_t cap = 2 * ((needs + g - 1) / g);
@@ -412,7 +420,7 @@ class rank_planner {
     if (g == 1) return src_.owners_of(k, buf)[0];
     if (nearest_owners(k)) {
       const std::span<const index_t> owners = src_.owners_of(k, buf);
-      return owners[nearest_index(owners, t)];
+      return owners[nearest_index(owners, t, k)];
     }
     std::vector<std::pair<index_t, index_t>> hbuf;
     const held_list held = holders(k, hbuf);

@@ -849,8 +849,8 @@ std::vector<index_t> ranks_read(const plan_target& t) {
 
 }  // namespace
 
-// Read groups (law E8): read_groups cuts the targets into runs of consecutive targets that read
-// the same source files, each target in exactly one group, at most `most` to a group; executed
+// Read groups (law E8): read_groups cuts the targets into runs of consecutive targets each of
+// which reads a range of a file the one before it reads, each target in exactly one group, at most `most` to a group; executed
 // together (run_targets, its rounds on 1 to 3 threads, its writes beside its reads or not) a group gives every target the bytes it
 // gets alone; in mmap both copy
 // exactly the bytes needed from the mappings, and alone a target reads at least what it needs.
@@ -866,9 +866,9 @@ RC_GTEST_PROP(engine_plans, read_groups_write_what_targets_alone_write, ()) {
     RC_ASSERT(!g.empty());
     RC_ASSERT(g.size() <= most);
     for (std::size_t i : g) RC_ASSERT(i == next++);  // every target once, in order
-    for (std::size_t i : g) {
-      RC_ASSERT(ranks_read(pl.targets[i]) == ranks_read(pl.targets[g.front()]));
-      RC_ASSERT(pl.targets[i].items.size() == pl.targets[g.front()].items.size());
+    for (std::size_t q = 1; q < g.size(); ++q) {  // each member reads a range of a file the one before reads
+      RC_ASSERT(reshard::io::detail::share_reads(pl, pl.targets[g[q - 1]], pl.targets[g[q]]));
+      RC_ASSERT(pl.targets[g[q]].items.size() == pl.targets[g.front()].items.size());
     }
     if (g.size() > 1) RC_ASSERT(!ranks_read(pl.targets[g.front()]).empty());
   }
@@ -978,6 +978,85 @@ TEST(engine_plans, a_row_of_the_grid_reads_its_rows_once) {
       transform_checkpoints(dir / "src", dir / "budget", "c_", dir / "src_strategy.ckpt", dir / "dst_strategy.ckpt",
                             {.jobs = 1, .sync = false, .max_memory = std::uint64_t{1} << 40});
   EXPECT_EQ(budget.file_bytes_read, ranges_alone);
+}
+
+// Column blocks on replicas, as a Megatron checkpoint's row-parallel weights: source dev [4, 2]
+// (each column half of w [8, 12] on 4 replicas: ranks 0, 2, 4, 6 and 1, 3, 5, 7) to dev [2, 3]
+// (column thirds), and a bias on every rank. The 3 targets of a tensor-parallel row take all the
+// columns of two sources' rows between them (4 + 2 of the first half, 2 + 4 of the second): they
+// read them from the same replicas (target 3, as near rank 2 as 4, takes 4, which target 4 holds:
+// replica_policy::nearest's tie), are one read group, and read each of those rows once, with no
+// gap between their columns: 1.00 of the bytes needed, where alone a target reads from its first
+// row to its last and skips 2 or 4 of every 6 columns. Small files read whole (the default) are
+// the 4 of which a group takes every tensor: those cost their index's bytes beside.
+namespace {
+scenario column_blocks_scenario() {
+  scenario s;
+  s.src.dev = {4, 2};
+  s.dst.dev = {2, 3};
+  param w;
+  w.name = "w";
+  w.shape = {8, 12};
+  w.src.dev_matrix = {4, 2};
+  w.src.tensor_map = {{-1}, {0}};
+  param_layout d;
+  d.dev_matrix = {2, 3};
+  d.tensor_map = {{-1}, {0}};
+  w.dst = {0, d};
+  s.params.push_back(w);
+  param b;
+  b.name = "b";
+  b.shape = {12};
+  b.src.dev_matrix = {4, 2};
+  b.src.tensor_map = {{-1}};
+  param_layout r;
+  r.dev_matrix = {2, 3};
+  r.tensor_map = {{-1}};
+  b.dst = {0, r};
+  s.params.push_back(b);
+  return s;
+}
+}  // namespace
+
+TEST(engine_plans, targets_that_split_replicated_columns_read_them_once_without_gaps) {
+  const planned run_of(column_blocks_scenario());
+  const checkpoint_plan& pl = run_of.plan();
+  const plan_sources& sources = run_of.sources;
+  ASSERT_EQ(pl.targets.size(), 6u);
+  const auto groups = read_groups(pl, 8);
+  ASSERT_EQ(groups, (std::vector<std::vector<std::size_t>>{{0, 1, 2}, {3, 4, 5}}));
+  for (const auto& it : pl.targets[3].items)  // target 3's columns 0..3 from rank 4, as target 4's 4..5
+    if (it.source_name == "w") {
+      ASSERT_EQ(it.transfers.size(), 1u);
+      EXPECT_EQ(it.transfers[0].rank, 4);
+    }
+  std::vector<std::vector<std::size_t>> alone;
+  for (std::size_t i = 0; i < pl.targets.size(); ++i) alone.push_back({i});
+  std::uint64_t file_alone = 0, file_grouped = 0, need_alone = 0, need_grouped = 0;
+  const auto by_one = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, alone, file_alone, need_alone, 1, false);
+  const auto together =
+      execute_in_groups(pl, sources, 4 << 20, read_mode::pread, groups, file_grouped, need_grouped, 1, false);
+  EXPECT_EQ(together, by_one);
+  EXPECT_EQ(need_grouped, pl.bytes_read);
+  EXPECT_EQ(file_grouped, pl.bytes_read);  // no gap, nothing twice
+  EXPECT_GT(file_alone, pl.bytes_read);    // each from its first row to its last
+  // small files read whole: files 0, 1 (group 0 takes all of w's first and second half there,
+  // and the bias and global_step, copied by targets 0 and 1) and 4, 5; files 2 and 3 range by range
+  std::uint64_t file_whole = 0, need_whole = 0;
+  const auto whole = execute_in_groups(pl, sources, 4 << 20, read_mode::pread, groups, file_whole, need_whole, 2);
+  EXPECT_EQ(whole, by_one);
+  std::uint64_t index_bytes = 0, raw = 0;  // of the files read whole: bytes not tensors; their raw copies
+  for (const index_t r : {0, 1, 4, 5}) {
+    std::uint64_t tensors = 0;
+    for (const auto& e : sources.at(r)->entries()) tensors += e.content_size();
+    index_bytes += sources.at(r)->file_size() - tensors;
+  }
+  for (const auto& t : pl.targets)
+    for (const auto& it : t.items)
+      if (it.raw && (it.source_rank <= 1 || it.source_rank >= 4)) raw += it.source_bytes;  // copied as stored, again
+  EXPECT_EQ(raw, 4u * 8u);
+  EXPECT_EQ(need_whole, pl.bytes_read);
+  EXPECT_EQ(file_whole, pl.bytes_read + index_bytes + raw);
 }
 
 namespace {

@@ -11,16 +11,16 @@
 // copies from the mappings, whose pages the page budget (page_budget.hpp) releases. Either way
 // the peak resident memory is a few buffers per job beside the file indexes.
 //
-// Read groups: targets that read the same source files (read_groups: four row blocks written as
-// a 2x4 grid, where the four targets of a grid row each need a quarter of every row of the same
-// two files) are executed together, chunk round by chunk round (run_targets), and the ranges of
+// Read groups: consecutive targets that read overlapping ranges of the same source files
+// (read_groups: four row blocks written as a 2x4 grid, where the four targets of a grid row each
+// need a quarter of every row of the same two files) are executed together, chunk round by chunk round (run_targets), and the ranges of
 // one file their chunks need are read as one: each byte once, where alone each target read the
 // rows whole and kept a quarter. Each target of a group gets a share of the job's buffer. A
 // group that has more than one thread and writes directly to a disk writes each member's chunk c
 // on a thread of its own while it reads chunk c + 1 (assemble, overlap_writes): the writes keep
 // the disk busy while the group reads. With pread, the group's small source files (a few tensors
-// each, as thousands of ranks save) of which it takes most are read whole when it starts, one
-// pread(2) per file instead of one per tensor (read_whole_files).
+// each, as thousands of ranks save) of which it takes every tensor are read whole when it starts,
+// one pread(2) per file instead of one per tensor (read_whole_files).
 //
 // Checks: before it reads an item, the executor checks the item against the source file's index
 // (the tensor exists, with the plan's dtype, the dims of the box the plan says the sender holds,
@@ -58,6 +58,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -133,15 +134,16 @@ inline std::pair<index_t, index_t> held_span(const box& held, const box& where) 
   }
   return {lo, hi};
 }
-// Do targets a and b read overlapping ranges of one file in their first sliced item (the same
-// item of both)? Targets that read the same files but disjoint ranges (row blocks of column
-// blocks) gain nothing together, and a group holds a file writer per target.
+// Do targets a and b read overlapping ranges of one file in one of their sliced items (the same
+// item of both: the same source tensor of the same rank)? Targets that read the same files but
+// disjoint ranges (row blocks of column blocks) gain nothing together, and a group holds a file
+// writer per target.
 inline bool share_reads(const checkpoint_plan& plan, const plan_target& a, const plan_target& b) {
   for (std::size_t k = 0; k < a.items.size() && k < b.items.size(); ++k) {
     const plan_item &x = a.items[k], &y = b.items[k];
-    if (x.transfers.empty()) continue;
+    if (x.transfers.empty() || y.transfers.empty() || y.source_name != x.source_name) continue;
     const auto holds = plan.holds.find(x.source_name);
-    if (y.transfers.empty() || y.source_name != x.source_name || holds == plan.holds.end()) return false;
+    if (holds == plan.holds.end()) continue;
     for (const plan_transfer& u : x.transfers)
       for (const plan_transfer& v : y.transfers) {
         if (u.rank != v.rank || volume(u.where) == 0 || volume(v.where) == 0) continue;
@@ -151,38 +153,33 @@ inline bool share_reads(const checkpoint_plan& plan, const plan_target& a, const
         const auto su = held_span(*hu, u.where), sv = held_span(*hv, v.where);
         if (su.first <= sv.second && sv.first <= su.second) return true;
       }
-    return false;
   }
   return false;
 }
 }  // namespace detail
 
 /// The targets of `plan` in read groups, for plan_executor::run_targets: runs of consecutive
-/// targets with as many items whose sliced items read the same source files (the same ranks), at
-/// most `most` to a group, and only targets whose first sliced items read overlapping ranges of a
-/// file (detail::share_reads); a target with no sliced item is a group alone. The targets of a group
-/// need the same rows of the same files when they split them differently (4 row blocks read as a
-/// 2x4 grid: the 4 targets of a row read the same 2 files), and executed together they read each
-/// such range once. Every target is in exactly one group, the groups in the plan's order.
+/// targets with as many items, each reading an overlapping range of a file with the one before it
+/// (detail::share_reads: a sliced item of both reads the same source tensor of one rank), at most
+/// `most` to a group; a target with no sliced item is a group alone. The targets of a group need
+/// the same rows of the same files when they split them differently (4 row blocks read as a 2x4
+/// grid: the 4 targets of a row read the same 2 files; or 8 column blocks read as 12, where 3
+/// consecutive targets take all the columns of 2 sources' rows, each also reading its own rank's
+/// replicated tensors), and executed together they read each such range once, with no gap
+/// between the columns one target takes and the next. Every target is in exactly one group, the
+/// groups in the plan's order.
 inline std::vector<std::vector<std::size_t>> read_groups(const checkpoint_plan& plan, std::size_t most) {
   std::vector<std::vector<std::size_t>> out;
-  std::vector<index_t> prev, ranks;
   for (std::size_t i = 0; i < plan.targets.size(); ++i) {
     const plan_target& t = plan.targets[i];
-    ranks.clear();
-    for (const plan_item& it : t.items)
-      for (const plan_transfer& x : it.transfers) ranks.push_back(x.rank);
-    std::sort(ranks.begin(), ranks.end());
-    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    const bool joins = !out.empty() && !ranks.empty() && out.back().size() < most && ranks == prev &&
+    const bool joins = !out.empty() && out.back().size() < most &&
                        plan.targets[out.back().front()].items.size() == t.items.size() &&
-                       detail::share_reads(plan, plan.targets[out.back().front()], t);
+                       detail::share_reads(plan, plan.targets[out.back().back()], t);
     if (joins) {
       out.back().push_back(i);
     } else {
       out.push_back({i});
     }
-    prev.swap(ranks);
   }
   return out;
 }
@@ -403,37 +400,60 @@ class plan_executor {
 
   // read_mode::pread: reads into w, with one pread(2) each, the source files the sliced items of
   // `group` read that are small (at most whole_file_bytes and the job's buffer) and of which the
-  // group takes at least three quarters, while they fit in the job's buffer together. A file of
-  // a few tensors is then read once, not once per tensor, and read whole costs at most a third
-  // more bytes than its ranges; a file the group takes less of is read range by range, so that
-  // the bytes read stay near the bytes needed (measured on tmpfs at 4096 ranks, where a group
-  // takes about a third of each file: no slower, with 2.4 times fewer bytes read;
-  // docs/benchmarks.md). Each file's bytes are counted once, as file_bytes_read of the first
-  // member that reads it. (Not a Hugging Face directory: its shards are files of their own.)
+  // group takes every tensor byte (by its transfers and raw copies, each distinct box of a tensor
+  // counted once: members that need the same box read it once), while they fit in the job's buffer together. A file of a few
+  // tensors is then read once, not once per tensor, and read whole it costs only its index's
+  // bytes beyond its ranges (a few per cent); a file the group takes less of is read range by
+  // range, so that the bytes read are the bytes needed (at 4096 ranks, where a group of 3 targets
+  // takes all of 2 files and a part of 3 others, 1.01 of the bytes needed, against 1.12 when
+  // files three quarters taken were read whole and 1.00 when none is, which takes a third more
+  // pread(2)s at the same time; docs/benchmarks.md). Each file's bytes are counted once, as
+  // file_bytes_read of the first member that reads it. (Not a Hugging Face directory: its shards
+  // are files of their own.)
   void read_whole_files(std::span<const std::size_t> group, detail::whole_files& w, std::span<transform_summary> s) {
     struct use {
       index_t rank;
+      const std::string* tensor;
+      const box* where;
       std::size_t member;
       std::uint64_t bytes;
     };
-    std::vector<use> uses;
+    std::vector<use> uses;  // what the group takes of each file: its transfers, and the tensors it copies raw
+    const box all;          // a raw copy's "box": the whole tensor
     for (std::size_t g = 0; g < group.size(); ++g)
-      for (const plan_item& it : plan_.targets[group[g]].items)
-        for (const plan_transfer& x : it.transfers) uses.push_back({x.rank, g, x.bytes});
-    std::sort(uses.begin(), uses.end(),
-              [](const use& a, const use& b) { return a.rank != b.rank ? a.rank < b.rank : a.member < b.member; });
+      for (const plan_item& it : plan_.targets[group[g]].items) {
+        if (it.raw) uses.push_back({it.source_rank, &it.source_name, &all, g, it.source_bytes});
+        for (const plan_transfer& x : it.transfers) uses.push_back({x.rank, &it.source_name, &x.where, g, x.bytes});
+      }
+    const auto less = [](const index_list& a, const index_list& b) {
+      return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
+    };
+    std::sort(uses.begin(), uses.end(), [&](const use& a, const use& b) {
+      if (a.rank != b.rank || *a.tensor != *b.tensor) return std::tie(a.rank, *a.tensor) < std::tie(b.rank, *b.tensor);
+      if (a.where->offset != b.where->offset) return less(a.where->offset, b.where->offset);
+      if (a.where->extent != b.where->extent) return less(a.where->extent, b.where->extent);
+      return a.member < b.member;
+    });
     const std::uint64_t most = std::min(whole_file_bytes, exec_.buffer_bytes);
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < uses.size();) {
       std::uint64_t need = 0;
-      std::size_t e = i;
-      for (; e < uses.size() && uses[e].rank == uses[i].rank; ++e) need += uses[e].bytes;
+      std::size_t e = i, first = i;  // first: the first member that reads the file
+      for (; e < uses.size() && uses[e].rank == uses[i].rank; ++e) {
+        const bool again = e > i && *uses[e].tensor == *uses[e - 1].tensor && *uses[e].where == *uses[e - 1].where;
+        if (!again) need += uses[e].bytes;
+        if (uses[e].member < uses[first].member) first = e;
+      }
       const checkpoint_reader& rd = source(uses[i].rank);
       const std::uint64_t size = rd.format() == checkpoint_format::hf ? 0 : rd.file_size();
-      if (size > 0 && size <= most && 4 * need >= 3 * size && total + size <= exec_.buffer_bytes) {
-        w.files.push_back({uses[i].rank, static_cast<std::size_t>(total), size});
-        s[uses[i].member].file_bytes_read += size;
-        total += size;
+      if (size > 0 && size <= most && total + size <= exec_.buffer_bytes) {
+        std::uint64_t tensors = 0;
+        for (const tensor_ref& t : rd.entries()) tensors += t.content_size();
+        if (need >= tensors) {
+          w.files.push_back({uses[i].rank, static_cast<std::size_t>(total), size});
+          s[uses[first].member].file_bytes_read += size;
+          total += size;
+        }
       }
       i = e;
     }
