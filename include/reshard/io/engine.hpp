@@ -190,6 +190,18 @@ inline void place_items(const transform_target& t, std::vector<plan_item> items,
   pt.items = std::move(items);
 }
 
+// transform_job::plan_item_of's state across the items of a plan: per sliced parameter its
+// checkpoint_plan::holds entry and the source ranks listed there so far; scratch for the pieces
+// of the item at hand.
+struct listed_holds {
+  rank_boxes* holds = nullptr;
+  std::vector<bool> seen;
+};
+struct listed_ranks {
+  std::unordered_map<const param_info*, listed_holds> by_param;
+  std::vector<parameter_catalogue::piece> pieces;
+};
+
 /// The engine behind every workflow (transform, by rank, merge, split, convert, and each
 /// process's share under MPI): makes the checkpoint plan, then writes, loads or verifies the
 /// targets by executing it. Three steps, each all or nothing:
@@ -442,17 +454,6 @@ class transform_job {
 
   // Item `it` of target t in the plan, checked: a raw copy, or its transfers (pieces_of), each
   // sender's box recorded in the plan's source table.
-  // Per sliced parameter: its checkpoint_plan::holds entry, and the source ranks listed there so
-  // far (scratch: the pieces of the item at hand).
-  struct listed_holds {
-    rank_boxes* holds = nullptr;
-    std::vector<bool> seen;
-  };
-  struct listed_ranks {
-    std::unordered_map<const param_info*, listed_holds> by_param;
-    std::vector<parameter_catalogue::piece> pieces;
-  };
-
   plan_item plan_item_of(const transform_target& t, out_item& it, checkpoint_plan& pl, listed_ranks& listed) {
     plan_item pi;
     pi.source_name = std::string(it.source_name());
