@@ -24,7 +24,7 @@
 #include "reshard/ext/json.hpp"
 #include "reshard/ext/svg.hpp"
 #include "reshard/io/input_file.hpp"
-#include "reshard/io/mapped_file.hpp"
+#include "reshard/io/atomic_file.hpp"
 
 namespace reshard::cli {
 

@@ -13,7 +13,7 @@
 # Kill points come from two sources: seeded random delays from 0 to the duration of the
 # uninterrupted run (a real SIGKILL from outside), and the test-only hook
 # RESHARD_TEST_CRASH_AFTER=N (the process SIGKILLs itself after N units of progress, a unit
-# being one byte written or one rename; include/reshard/io/mapped_file.hpp), which reaches every
+# being one byte written or one rename; include/reshard/io/temporary_files.hpp), which reaches every
 # phase deterministically: mid-write, after a staged file's last byte, and between the renames
 # that move the finished files into place.
 set -euo pipefail

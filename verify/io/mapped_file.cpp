@@ -2,6 +2,7 @@
 // blocking (FIFOs, sockets, directories, devices refused), the read-only mapping, the descriptors
 // kept for reads, the atomic output file, and the staged outputs it writes (io/staging.hpp).
 #include <reshard/io/input_file.hpp>
+#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/mapped_file.hpp>
 #include <reshard/io/staging.hpp>
 

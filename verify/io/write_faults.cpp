@@ -8,7 +8,7 @@
 // The tmpfs tests run in a forked child that enters a private mount namespace (unshare); where
 // that is not allowed they are skipped, saying so. RLIMIT_FSIZE needs nothing and always runs.
 #include <reshard/io/ckpt.hpp>
-#include <reshard/io/mapped_file.hpp>
+#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/safetensors.hpp>
 
 #include "io_test_util.hpp"

@@ -34,6 +34,7 @@
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/detail/wire.hpp>
 #include <reshard/io/dtype.hpp>
+#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/mapped_file.hpp>
 
 #include <algorithm>

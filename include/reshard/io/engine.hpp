@@ -47,6 +47,7 @@
 #include <reshard/io/dtype_rules.hpp>
 #include <reshard/io/execute.hpp>
 #include <reshard/io/hf.hpp>
+#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/mapped_file.hpp>
 #include <reshard/io/memory_fit.hpp>
 #include <reshard/io/name_rules.hpp>

@@ -19,7 +19,7 @@
 #include <reshard/io/checkpoint_plan.hpp>
 #include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/manifest.hpp>
-#include <reshard/io/mapped_file.hpp>
+#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/memory_fit.hpp>
 #include <reshard/io/plan_executor.hpp>
 #include <reshard/io/plan_file.hpp>

@@ -17,7 +17,7 @@
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/dtype.hpp>
 #include <reshard/io/input_file.hpp>
-#include <reshard/io/mapped_file.hpp>
+#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/sha256.hpp>
 #include <reshard/io/summary.hpp>
 #include <reshard/parallel.hpp>

@@ -31,7 +31,7 @@
 
 #include <reshard/error.hpp>
 #include <reshard/io/hf.hpp>
-#include <reshard/io/mapped_file.hpp>
+#include <reshard/io/atomic_file.hpp>
 
 #include <algorithm>
 #include <cerrno>

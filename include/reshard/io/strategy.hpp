@@ -23,6 +23,7 @@
 #include <reshard/io/detail/text.hpp>
 #include <reshard/io/detail/wire.hpp>
 #include <reshard/io/json_reader.hpp>
+#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/mapped_file.hpp>
 
 #include <nlohmann/json.hpp>

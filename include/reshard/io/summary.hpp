@@ -18,7 +18,7 @@
 #include <reshard/layout.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
 #include <reshard/io/dtype.hpp>
-#include <reshard/io/mapped_file.hpp>
+#include <reshard/io/atomic_file.hpp>
 
 #include <nlohmann/json.hpp>
 

@@ -23,7 +23,7 @@
 #include <reshard/io/dcp_writer.hpp>
 #include <reshard/io/hf.hpp>
 #include <reshard/io/input_file.hpp>
-#include <reshard/io/mapped_file.hpp>
+#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/safetensors.hpp>
 #include <reshard/io/sha256.hpp>
 #include <reshard/io/summary.hpp>
