@@ -546,6 +546,13 @@ RC_GTEST_PROP(engine_plans, the_dry_run_and_the_run_are_the_plan, ()) {
         if (it.source_rank != t.rank) c += it.source_bytes;
         continue;
       }
+      // own_rank_bytes: the bytes of the target box that the target's own source file holds,
+      // as the plan's table of held boxes says
+      std::uint64_t own = 0;
+      if (const auto by_rank = pl.holds.find(it.source_name); by_rank != pl.holds.end())
+        for (const auto& [r, b] : held_boxes(by_rank->second, t.rank))
+          own += static_cast<std::uint64_t>(reshard::volume(reshard::intersect(b, it.target))) * element_size(it.from);
+      RC_ASSERT(it.own_rank_bytes == own);
       std::uint64_t covered = 0, bytes = 0;
       for (const plan_transfer& x : it.transfers) {
         RC_ASSERT(reshard::intersect(x.where, it.target) == x.where);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -68,4 +69,34 @@ TEST(plan_holds, held_box_of_one_box_or_the_one_a_box_lies_in) {
   EXPECT_EQ(held_box(holds, 3, line(12, 4)), &holds[3].second);
   EXPECT_EQ(held_box(holds, 4, line(0, 1)), nullptr);
   EXPECT_EQ(held_box(holds, -1, line(0, 1)), nullptr);
+}
+
+// sort_by_rank leaves a table already in order (each pair once) as it is, without moving it,
+// and otherwise gives what a stable sort by (rank, offset) less the repeated pairs gives: for
+// tables in order, in order with repeats, and shuffled.
+RC_GTEST_PROP(plan_holds, sort_by_rank_is_the_stable_sort_less_repeats, ()) {
+  const auto n = *rc::gen::inRange<index_t>(0, 30);
+  const auto kind = *rc::gen::inRange(0, 3);
+  rank_boxes holds;
+  for (index_t r = 0; r < n; ++r) {
+    const int copies = *rc::gen::inRange(0, 3);
+    for (int c = 0; c < copies; ++c) holds.emplace_back(r, line(c * 10 + r, 1 + c));
+    if (kind == 1 && copies > 0 && *rc::gen::arbitrary<bool>()) holds.push_back(holds.back());  // a repeat
+  }
+  if (kind == 2) {  // shuffled
+    std::mt19937 g(*rc::gen::arbitrary<std::uint32_t>());
+    std::shuffle(holds.begin(), holds.end(), g);
+  }
+  rank_boxes want = holds;
+  std::stable_sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return a.first < b.first;
+    return std::lexicographical_compare(a.second.offset.begin(), a.second.offset.end(), b.second.offset.begin(),
+                                        b.second.offset.end());
+  });
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  const bool in_order = want == holds;
+  const auto* data = holds.data();
+  sort_by_rank(holds);
+  RC_ASSERT(holds == want);
+  if (in_order) RC_ASSERT(holds.data() == data);
 }

@@ -223,6 +223,11 @@ inline const box* held_box(const rank_boxes& holds, index_t rank, const box& whe
 /// Puts `holds` in order (rank, then offset), each pair once: what held_box searches. Builders
 /// append in any order, then call it.
 inline void sort_by_rank(rank_boxes& holds) {
+  // in order already, each pair once (a table listed in rank order): nothing to move
+  if (std::adjacent_find(holds.begin(), holds.end(), [](const auto& a, const auto& b) {
+        return !detail::rank_box_before(a, b);
+      }) == holds.end())
+    return;
   std::stable_sort(holds.begin(), holds.end(), detail::rank_box_before);
   holds.erase(std::unique(holds.begin(), holds.end()), holds.end());
 }

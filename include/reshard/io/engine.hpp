@@ -489,7 +489,7 @@ class transform_job {
       pieces.push_back({it.base, pi.target, box{index_list(p.shape.size(), 0), p.shape}});
     } else {
       catalogue_.pieces_of(it, t.rank, pi.target, pieces);
-      for (const auto& pc : pieces) catalogue_.check_source(p, pc.rank);
+      for (const auto& pc : pieces) catalogue_.check_source(p, pc.rank, &pc.held);
     }
     decide_item_cast(it);
     const std::size_t elem = element_size(p.type);
@@ -506,8 +506,10 @@ class transform_job {
       l.holds = &pl.holds[pi.source_name];
       l.seen.resize(static_cast<std::size_t>(catalogue_.source_ranks()));
     }
+    std::uint64_t own = 0;  // what t's own file holds of the target box: its pieces read from t
     for (parameter_catalogue::piece& pc : pieces) {
       pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem});
+      if (pc.rank == t.rank) own += pi.transfers.back().bytes;
       if (p.chunked) {  // a DCP file may hold several chunks: each listed (sort_by_rank drops repeats)
         l.holds->emplace_back(pc.rank, std::move(pc.held));
       } else if (!l.seen[static_cast<std::size_t>(pc.rank)]) {
@@ -515,10 +517,9 @@ class transform_job {
         l.holds->emplace_back(pc.rank, std::move(pc.held));
       }
     }
-    if (!p.src && !p.chunked)
-      pi.own_rank_bytes = it.base == t.rank ? pi.source_bytes : 0;
-    else
-      pi.own_rank_bytes = catalogue_.own_rank_bytes(it, t.rank, pi.target);
+    // the pieces tile the target box, and every one that t's own file holds is read from it
+    // (catalogue_pieces: a source region a rank holds is its own to send)
+    pi.own_rank_bytes = own;
     return pi;
   }
 

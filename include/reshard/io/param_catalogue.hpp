@@ -85,6 +85,7 @@ struct param_info {
   std::vector<bool> checked;  // by source rank: its entry was checked (sized on first use)
   const dcp_tensor* chunked = nullptr;  // a DCP source's tensor: its chunks are its layout
   rank_boxes boxes;  // chunked: every (source rank, chunk box), as sort_by_rank orders them
+  std::uint64_t walk = 0;  // for_each_item: the last walk that met it in a base file
 };
 
 // One parameter of one target file.
@@ -423,6 +424,8 @@ class parameter_catalogue {
     }
     const auto entries = rd.entries();
     if (entry_params_.size() < entries.size()) entry_params_.resize(entries.size(), nullptr);
+    ++walks_;
+    std::size_t listed = 0;  // the source strategy's parameters met among the entries
     for (std::size_t k = 0; k < entries.size(); ++k) {
       const auto& e = entries[k];
       if (!selected(e.name)) continue;
@@ -434,6 +437,7 @@ class parameter_catalogue {
         known = pit == params_.end() ? nullptr : &pit->second;
       }
       if (known) {
+        if (known->src_entries && known->walk != walks_) known->walk = walks_, ++listed;
         visit_listed(*known);
       } else {
         out_item it;
@@ -443,6 +447,9 @@ class parameter_catalogue {
         f(it);
       }
     }
+    if (listed_ == npos)
+      listed_ = static_cast<std::size_t>(std::count_if(params_.begin(), params_.end(), [](const auto& e) { return e.second.src_entries != nullptr; }));
+    if (listed == listed_) return;  // every one is in the base file
     for (const auto& name : src_.names())
       if (selected(name) && !rd.find(name)) visit_listed(params_.at(name));
   }
@@ -566,8 +573,9 @@ class parameter_catalogue {
     }
   }
 
-  // Checks the source entry of p on source rank r (once per rank).
-  void check_source(param_info& p, index_t r) {
+  // Checks the source entry of p on source rank r (once per rank). `held`: the box of the full
+  // tensor rank r holds, when the caller has it (a piece's: the source partition's box of r).
+  void check_source(param_info& p, index_t r, const box* held = nullptr) {
     RESHARD_EXPECTS(r >= 0 && r < M_, "transform: check_source: a rank outside the source strategy");
     if (p.checked.empty()) p.checked.resize(static_cast<std::size_t>(M_));
     if (p.checked[static_cast<std::size_t>(r)]) return;
@@ -589,8 +597,9 @@ class parameter_catalogue {
                      ", but it is a scalar in " + p.type_file);
       return;
     }
-    const index_list want = p.src ? p.src_part->box_of_rank(r).extent : p.shape;
-    if (e->is_scalar() || index_list(e->dims.begin(), e->dims.end()) != want)
+    index_list computed;
+    const index_list& want = !p.src ? p.shape : held ? held->extent : (computed = p.src_part->box_of_rank(r).extent);
+    if (e->is_scalar() || !std::equal(e->dims.begin(), e->dims.end(), want.begin(), want.end()))
       report_error(op_ + ": " + file + ": parameter " + quote_name(p.name) + ": dims " + format_dims(e->dims) +
                    " disagree with " +
                    (p.src ? "the source strategy " + src_.source() + ": layout " + to_string(*p.src) + " gives rank " +
@@ -616,19 +625,6 @@ class parameter_catalogue {
     catalogue_pieces(it, t, tb, files_, op_, out, transfers_);
   }
 
-  // The bytes of target t's box that source rank t's own file holds of sliced item `it`.
-  std::uint64_t own_rank_bytes(const out_item& it, index_t t, const box& tb) const {
-    const param_info& p = *it.p;
-    if (!available(t)) return 0;
-    if (p.chunked) {
-      index_t n = 0;
-      for (const auto& [r, b] : held_boxes(p.boxes, t)) n += volume(intersect(b, tb));
-      return static_cast<std::uint64_t>(n) * element_size(p.type);
-    }
-    const partition& src = (it.dst ? *it.dst->planner : *p.whole).source();
-    return src.has_rank(t) ? static_cast<std::uint64_t>(volume(intersect(src.box_of_rank(t), tb))) * element_size(p.type) : 0;
-  }
-
  private:
   strategy_layouts src_, dst_;
   std::map<index_t, std::filesystem::path> files_;
@@ -643,6 +639,9 @@ class parameter_catalogue {
   std::optional<dcp_source> dcp_;        // a DCP checkpoint as the source (no src_)
   std::vector<transfer> transfers_;      // pieces_of's scratch
   std::vector<param_info*> entry_params_;  // for_each_item: the parameter of each base file entry, or null
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  std::size_t listed_ = npos;  // for_each_item: the parameters listed in the source strategy (once known)
+  std::uint64_t walks_ = 0;    // for_each_item's calls (param_info::walk)
 };
 
 }  // namespace detail
