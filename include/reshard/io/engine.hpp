@@ -508,8 +508,9 @@ class transform_job {
     }
     std::uint64_t own = 0;  // what t's own file holds of the target box: its pieces read from t
     for (parameter_catalogue::piece& pc : pieces) {
-      pi.transfers.push_back({pc.rank, pc.where, static_cast<std::uint64_t>(volume(pc.where)) * elem});
-      if (pc.rank == t.rank) own += pi.transfers.back().bytes;
+      const std::uint64_t bytes = static_cast<std::uint64_t>(volume(pc.where)) * elem;
+      pi.transfers.push_back({pc.rank, std::move(pc.where), bytes});
+      if (pc.rank == t.rank) own += bytes;
       if (p.chunked) {  // a DCP file may hold several chunks: each listed (sort_by_rank drops repeats)
         l.holds->emplace_back(pc.rank, std::move(pc.held));
       } else if (!l.seen[static_cast<std::size_t>(pc.rank)]) {

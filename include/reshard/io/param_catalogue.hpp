@@ -144,9 +144,13 @@ inline void catalogue_pieces(const out_item& it, index_t t, const box& tb,
   xs.clear();
   rp.receives(t, xs);
   out.reserve(xs.size());
-  for (const transfer& x : xs) {
+  // a file for every rank 0 .. the source layout's last (distinct keys from 0 to it): none replaced
+  const index_t end = rp.source().first_rank + rp.source().ranks;
+  const bool every_file = !files.empty() && files.begin()->first == 0 && files.rbegin()->first == end - 1 &&
+                          files.size() == static_cast<std::size_t>(end);
+  for (transfer& x : xs) {
     index_t r = x.src;
-    if (files.count(r) == 0) r = available_owner(rp.source(), rp.source().region_of(r), files);
+    if (!every_file && files.count(r) == 0) r = available_owner(rp.source(), rp.source().region_of(r), files);
     if (r < 0) {
       std::vector<index_t> buf;
       std::string ranks;
@@ -158,7 +162,7 @@ inline void catalogue_pieces(const out_item& it, index_t t, const box& tb,
                    " of parameter " + detail::quote_name(p.name) + " from one of the source ranks " + ranks +
                    ", but no file was given for any of them (rank_list_for_transform lists the files a rank needs)");
     }
-    out.push_back({r, x.where, rp.source().box_of_rank(r)});
+    out.push_back({r, std::move(x.where), rp.source().box_of_rank(r)});
   }
 }
 
