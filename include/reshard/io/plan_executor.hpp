@@ -241,6 +241,15 @@ class plan_source_files {
     return e;
   }
 
+  /// The tensor bytes of source rank r's file (all its entries' contents; a file the plan reads),
+  /// summed once when the executor starts, not by every read group that asks.
+  std::uint64_t tensor_bytes(index_t r) const {
+    const auto at = std::lower_bound(tensor_bytes_.begin(), tensor_bytes_.end(), r,
+                                     [](const std::pair<index_t, std::uint64_t>& x, index_t k) { return x.first < k; });
+    RESHARD_EXPECTS(at != tensor_bytes_.end() && at->first == r, "plan_source_files: a source the plan does not read");
+    return at->second;
+  }
+
   /// `bytes` of tensor data taken from source rank r.
   void counted(index_t r, std::uint64_t bytes) {
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -282,6 +291,12 @@ class plan_source_files {
         ++e.second;
       }
     }
+    tensor_bytes_.reserve(u.size());
+    for (const auto& [r, e] : u) {  // ascending ranks
+      std::uint64_t sum = 0;
+      for (const tensor_ref& t : e.first->entries()) sum += t.content_size();
+      tensor_bytes_.emplace_back(r, sum);
+    }
     return u;
   }
 
@@ -289,6 +304,7 @@ class plan_source_files {
   plan_sources sources_;
   std::string op_;
   std::vector<std::vector<index_t>> read_by_target_;  // each target's source ranks, ascending (before budget_)
+  std::vector<std::pair<index_t, std::uint64_t>> tensor_bytes_;  // tensor_bytes(), by rank (before budget_)
   page_budget budget_;
   mutable std::mutex mutex_;  // read_by_source_
   std::map<index_t, std::uint64_t> read_by_source_;
@@ -447,9 +463,7 @@ class plan_executor {
       const checkpoint_reader& rd = source(uses[i].rank);
       const std::uint64_t size = rd.format() == checkpoint_format::hf ? 0 : rd.file_size();
       if (size > 0 && size <= most && total + size <= exec_.buffer_bytes) {
-        std::uint64_t tensors = 0;
-        for (const tensor_ref& t : rd.entries()) tensors += t.content_size();
-        if (need >= tensors) {
+        if (need >= files_.tensor_bytes(uses[i].rank)) {
           w.files.push_back({uses[i].rank, static_cast<std::size_t>(total), size});
           s[uses[first].member].file_bytes_read += size;
           total += size;
