@@ -203,6 +203,35 @@ TEST(read_descriptor, threads_share_a_budget_smaller_than_the_files) {
   EXPECT_GE(descriptor_budget::default_capacity(), 1u);
 }
 
+// Over its capacity, a budget closes an idle descriptor not read since it was opened or last
+// passed: one read since (marked by the read itself, which takes no lock of the budget's) gets a
+// second chance, so the budget keeps the descriptors in use over those opened and left.
+TEST(read_descriptor, a_budget_keeps_a_descriptor_read_lately_over_one_left) {
+  temp_dir dir;
+  for (const char* name : {"a", "b", "c", "d"}) write_text(dir / name, std::string(300, name[0]));
+  descriptor_budget budget(2);
+  read_descriptor a(budget), b(budget), c(budget), d(budget);
+  std::vector<std::byte> out(10);
+  a.pread(out, 5, dir / "a", "test");
+  b.pread(out, 5, dir / "b", "test");
+  a.pread(out, 7, dir / "a", "test");  // a read again since it was opened, b not
+  c.pread(out, 0, dir / "c", "test");  // over the capacity: b closed
+  EXPECT_TRUE(a.is_open());
+  EXPECT_FALSE(b.is_open());
+  EXPECT_TRUE(c.is_open());
+  EXPECT_EQ(budget.kept(), 2u);
+  a.pread(out, 3, dir / "a", "test");  // a read again (its mark was cleared as it was passed), c not
+  d.pread(out, 0, dir / "d", "test");  // c closed
+  EXPECT_TRUE(a.is_open());
+  EXPECT_FALSE(c.is_open());
+  EXPECT_TRUE(d.is_open());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(out.data()), out.size()), std::string(10, 'd'));
+  b.pread(out, 1, dir / "b", "test");  // reopened
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(out.data()), out.size()), std::string(10, 'b'));
+  EXPECT_EQ(budget.kept(), 2u);
+  EXPECT_GE(read_descriptor::sequential_hint_bytes, std::uint64_t{128} << 10);
+}
+
 TEST(input_file, reads_a_regular_file) {
   temp_dir dir;
   write_text(dir / "a.json", "{\"a\": 1}");
@@ -210,6 +239,9 @@ TEST(input_file, reads_a_regular_file) {
   EXPECT_EQ(f.size(), 8u);
   EXPECT_GE(f.fd(), 0);
   EXPECT_EQ(::fcntl(f.fd(), F_GETFL) & O_NONBLOCK, 0);  // cleared once known regular
+  // by one F_SETFL that leaves it open for reading, nothing else set (no F_GETFL first)
+  EXPECT_EQ(::fcntl(f.fd(), F_GETFL) & (O_ACCMODE | O_APPEND | O_ASYNC | O_DIRECT | O_NOATIME | O_NONBLOCK), O_RDONLY);
+  EXPECT_NE(::fcntl(f.fd(), F_GETFD) & FD_CLOEXEC, 0);
   EXPECT_EQ(f.read_all(), "{\"a\": 1}");
   EXPECT_EQ(read_input_file(dir / "a.json", "x"), "{\"a\": 1}");
   write_text(dir / "empty", "");
@@ -352,6 +384,12 @@ RC_GTEST_PROP(atomic_file_writer, writes_publish_their_concatenation_in_every_du
       w.write(scratch);
       std::fill(scratch.begin(), scratch.end(), std::byte{0xEE});  // the writer must have copied
       at += n;
+      // its buffer grows with the file, up to its capacity: a small file allocates what it needs
+      // (at most initial_buffer), not the whole capacity (thousands of small outputs)
+      if (writes == write_mode::buffered) {
+        RC_ASSERT(w.buffer_reserved() <= atomic_file_writer::buffer_capacity);
+        RC_ASSERT(w.buffer_reserved() <= std::max(atomic_file_writer::initial_buffer, 2 * at));
+      }
     }
     RC_ASSERT(w.size() == total);
     RC_ASSERT(dir.files() == std::vector<std::string>{w.temp_path().filename().string()});
@@ -550,7 +588,9 @@ TEST(staged_outputs, sync_opens_no_file_on_a_filesystem_in_memory) {
     staged_outputs out("transform", false, true);
     const std::vector<fs::path> finals{dir / "x" / "a.ckpt", dir / "y" / "b.ckpt"};
     const auto parts = out.add(finals);
+    EXPECT_FALSE(out.in_memory_only());  // not prepared yet
     out.prepare();
+    EXPECT_EQ(out.in_memory_only(), memory) << root;  // its writers start no write-back there
     atomic_file_writer(parts[0], true, "test", durability::deferred).commit();  // parts[1] never written
     if (memory) {
       out.sync();

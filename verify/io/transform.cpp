@@ -1055,3 +1055,47 @@ TEST(transform_memory, peak_memory_is_bounded_by_the_buffer) {
   EXPECT_EQ(e.dims, (std::vector<std::int64_t>{1024, 4096}));
   for (int k = 0; k < 8; ++k) EXPECT_EQ(e.pieces[0][static_cast<std::size_t>(k) * 2048], static_cast<std::byte>(k));
 }
+
+// check_output_paths (execute.hpp) asks the directory that holds every output once and, when it
+// does not exist, no output: its verdict is the one a stat of every output gives, for outputs
+// under a directory that exists or not, is a file, or a symbolic link to one that does not, in
+// directories that exist or not, as files, dangling links or nothing.
+RC_GTEST_PROP(check_output_paths, agrees_with_a_stat_of_every_output, ()) {
+  const int top = *rc::gen::inRange(0, 5);  // the outputs' directory: absent, a directory, a file, a dangling or a good link
+  const auto n = *rc::gen::inRange<std::size_t>(1, 7);
+  const auto dirs = *rc::gen::container<std::vector<int>>(n, rc::gen::inRange(0, 3));   // rank dir: absent, made, a file
+  const auto files = *rc::gen::container<std::vector<int>>(n, rc::gen::inRange(0, 4));  // output: absent, file, dangling link, directory
+  const bool elsewhere = *rc::gen::arbitrary<bool>();  // one more output beside the directory (their common one: the root)
+  const bool force = *rc::gen::arbitrary<bool>();
+  temp_dir dir;
+  const fs::path out = dir / "out";
+  if (top == 1) fs::create_directory(out);
+  if (top == 2) write_text(out, "x");
+  if (top == 3) fs::create_directory_symlink(dir / "missing", out);
+  if (top == 4) fs::create_directory(dir / "real"), fs::create_directory_symlink(dir / "real", out);
+  std::vector<output_path> outputs;
+  for (std::size_t i = 0; i < n; ++i) {
+    const fs::path rank = out / ("rank_" + std::to_string(i));
+    const fs::path file = rank / "f.ckpt";
+    outputs.push_back({file, false});
+    if (top != 1 && top != 4) continue;
+    if (dirs[i] == 2) write_text(rank, "x");
+    if (dirs[i] != 1) continue;
+    fs::create_directory(rank);
+    if (files[i] == 1) write_text(file, "x");
+    if (files[i] == 2) fs::create_symlink(dir / "gone", file);
+    if (files[i] == 3) fs::create_directory(file);
+  }
+  if (elsewhere) outputs.push_back({dir / "beside.ckpt", false});
+  const fs::path* first = nullptr;  // the reference: the first output that lstat finds
+  for (const auto& o : outputs) {
+    struct ::stat st {};
+    if (!first && ::lstat(o.path.c_str(), &st) == 0) first = &o.path;
+  }
+  const auto check = [&] { check_output_paths(outputs, std::map<index_t, fs::path>{}, force, "transform"); };
+  if (first && !force)
+    RC_ASSERT(throws_error(check, {"transform: ", first->string(), " exists (pass force"}));
+  else
+    check();
+  RC_ASSERT(reshard::io::detail::common_directory(outputs) == (elsewhere ? dir.path() : n == 1 ? out / "rank_0" : out));
+}

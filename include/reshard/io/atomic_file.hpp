@@ -177,7 +177,6 @@ class atomic_file_writer {
     if (fd_ < 0)
       detail::report_errno(context_, dest_, "cannot create temporary file " + temp_.string(), errno);
     if (w == write_mode::direct) start_direct();
-    if (!direct_) buffer_.reserve(buffer_capacity);
   }
 
   atomic_file_writer(const atomic_file_writer&) = delete;
@@ -215,6 +214,7 @@ class atomic_file_writer {
     if (bytes.size() >= buffer_capacity) {
       write_fd(bytes);
     } else {
+      reserve_for(bytes.size());
       buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
     }
     size_ += bytes.size();
@@ -255,11 +255,26 @@ class atomic_file_writer {
 
   /// The bytes buffered before a write(2) (appends this large or larger go straight through).
   static constexpr std::size_t buffer_capacity = std::size_t{1} << 20;
+  /// The buffer's first size: it grows (doubling) up to buffer_capacity as the file does, so that
+  /// a small file, written with one write(2) at commit, allocates what it needs: thousands of
+  /// ranks' files of a few dozen KiB, each taking buffer_capacity, made the heap grow and shrink
+  /// by megabytes per file (brk, and page faults on the fresh pages).
+  static constexpr std::size_t initial_buffer = std::size_t{64} << 10;
+  /// The bytes the buffer can hold now without growing (for tests).
+  std::size_t buffer_reserved() const noexcept { return buffer_.capacity(); }
 
  private:
   // Write-back is started every this many bytes (not durability::none), so that the disk writes
   // while the process computes the next bytes and the final fsync has little left to wait for.
   static constexpr std::uint64_t writeback_bytes = std::uint64_t{8} << 20;
+
+  // Room in buffer_ for `n` more bytes (n + buffer_.size() <= buffer_capacity): its capacity
+  // doubled, from initial_buffer, up to buffer_capacity, not grown by every append.
+  void reserve_for(std::size_t n) {
+    const std::size_t need = buffer_.size() + n;
+    if (need <= buffer_.capacity()) return;
+    buffer_.reserve(std::min(buffer_capacity, std::max({need, 2 * buffer_.capacity(), initial_buffer})));
+  }
 
   struct free_deleter {
     void operator()(std::byte* p) const noexcept { std::free(p); }

@@ -28,6 +28,7 @@
 #include <reshard/io/tensor_sink.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -116,8 +117,9 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   plan_executor run(plan, sources, c.exec, c.reads, op, c.progress);
   run.read_small_files_whole(c.read_groups);
   run.overlap_writes(c.writes == write_mode::direct);
-  const file_sink_options fo{plan.crc, plan.chunk_bytes, c.sync ? durability::deferred : durability::none, c.writes,
-                             c.digests};
+  // write-back started as the files grow, unless they are in memory (tmpfs), where it does nothing
+  const durability written = c.sync && !out.in_memory_only() ? durability::deferred : durability::none;
+  const file_sink_options fo{plan.crc, plan.chunk_bytes, written, c.writes, c.digests};
   std::vector<transform_summary> per(plan.targets.size());
   const unsigned jobs = std::max(c.exec.jobs, 1u);
   const auto groups = read_groups(plan, c.read_groups ? 8 : 1);
@@ -146,7 +148,7 @@ inline transform_summary write_plan_targets(const checkpoint_plan& plan, const p
   s.writes = c.writes;
   for (std::size_t k = 0; k < dcp_dirs.size(); ++k) {  // from the plan alone (dcp_metadata_of)
     const std::string text = encode_dcp_metadata(dcp_metadata_of(plan, dcp_dirs[k], plan.dcp_torch));
-    atomic_file_writer w(metadata_parts[k], true, "dcp", c.sync ? durability::deferred : durability::none);
+    atomic_file_writer w(metadata_parts[k], true, "dcp", written);
     sha256 d;
     if (c.digests) w.observe([&d](std::span<const std::byte> b) { d.update(b); });
     w.write(text);
@@ -210,13 +212,36 @@ struct output_path {
   bool hf = false;
 };
 
+namespace detail {
+/// The deepest directory that holds every one of `outputs` (the leading components their parent
+/// directories share); empty when they share none.
+inline std::filesystem::path common_directory(const std::vector<output_path>& outputs) {
+  if (outputs.empty()) return {};
+  std::filesystem::path c = outputs.front().path.parent_path();
+  for (const auto& o : outputs) {
+    const std::filesystem::path d = o.path.parent_path();
+    std::filesystem::path shared;
+    for (auto a = c.begin(), b = d.begin(); a != c.end() && b != d.end() && *a == *b; ++a, ++b) shared /= *a;
+    c = std::move(shared);
+    if (c.empty()) break;
+  }
+  return c;
+}
+}  // namespace detail
+
 /// No output may be a source (compared by device and inode), and none may exist unless `force`;
 /// a Hugging Face directory may exist (with config files) but not hold a checkpoint unless
-/// `force`, nor be a file. One stat or two per output. Errors follow `op`.
+/// `force`, nor be a file. One stat or two per output; one in all when the directory that holds
+/// them all does not exist (stat fails with ENOENT: then no path under it resolves either, as a
+/// run into a new directory finds). Errors follow `op`.
 /// `source_nodes()` gives the sources' identities; it is called for the first output that exists.
 inline void check_output_paths(const std::vector<output_path>& outputs,
                                const std::function<const source_node_map&()>& source_nodes, bool force,
                                const std::string& op) {
+  if (const auto dir = detail::common_directory(outputs); !dir.empty()) {
+    struct ::stat st {};
+    if (::stat(dir.c_str(), &st) != 0 && errno == ENOENT) return;
+  }
   for (const auto& o : outputs) {
     struct ::stat st {};
     if (o.hf) {

@@ -124,9 +124,9 @@ class input_file {
       detail::close_fd(fd_);
       detail::report_not_regular(context_, path_, st.st_mode);
     }
-    const int flags = ::fcntl(fd_, F_GETFL);
-    if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) != 0)
-      fail("cannot clear O_NONBLOCK", errno);
+    // One call, no F_GETFL first: F_SETFL sets only the status flags it can change (O_APPEND,
+    // O_ASYNC, O_DIRECT, O_NOATIME, O_NONBLOCK), of which the open above set O_NONBLOCK alone.
+    if (::fcntl(fd_, F_SETFL, 0) != 0) fail("cannot clear O_NONBLOCK", errno);
     size_ = static_cast<std::uint64_t>(st.st_size);
     status_ = {st.st_dev, st.st_ino,
                static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};

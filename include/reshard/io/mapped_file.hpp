@@ -105,7 +105,7 @@ class mapped_file {
         throw;
       }
     }
-    if (keep) keep->adopt(in.release());
+    if (keep) keep->adopt(in.release(), size_);
   }  // the mapping keeps the file alive
 
   mapped_file(const mapped_file&) = delete;

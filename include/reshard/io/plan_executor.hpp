@@ -241,10 +241,21 @@ class plan_source_files {
     return e;
   }
 
-  /// `bytes` of tensor data taken from source rank r.
-  void counted(index_t r, std::uint64_t bytes) {
+  /// The tensor bytes of source rank r's file (all its entries' contents; a file the plan reads),
+  /// summed once when the executor starts, not by every read group that asks.
+  std::uint64_t tensor_bytes(index_t r) const {
+    const auto at = std::lower_bound(tensor_bytes_.begin(), tensor_bytes_.end(), r,
+                                     [](const std::pair<index_t, std::uint64_t>& x, index_t k) { return x.first < k; });
+    RESHARD_EXPECTS(at != tensor_bytes_.end() && at->first == r, "plan_source_files: a source the plan does not read");
+    return at->second;
+  }
+
+  /// Tensor data taken from the sources: (source rank, bytes), as a read group counted them, all
+  /// under one lock (the jobs' groups end at different times: a lock per item's transfer was a
+  /// lock the jobs waited for each other at, thousands of times per run).
+  void counted(std::span<const std::pair<index_t, std::uint64_t>> taken) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    read_by_source_[r] += bytes;
+    for (const auto& [r, bytes] : taken) read_by_source_[r] += bytes;
   }
 
   /// `range` of source rank r's mapping was read (the page budget; a no-op for pread reads).
@@ -282,6 +293,12 @@ class plan_source_files {
         ++e.second;
       }
     }
+    tensor_bytes_.reserve(u.size());
+    for (const auto& [r, e] : u) {  // ascending ranks
+      std::uint64_t sum = 0;
+      for (const tensor_ref& t : e.first->entries()) sum += t.content_size();
+      tensor_bytes_.emplace_back(r, sum);
+    }
     return u;
   }
 
@@ -289,6 +306,7 @@ class plan_source_files {
   plan_sources sources_;
   std::string op_;
   std::vector<std::vector<index_t>> read_by_target_;  // each target's source ranks, ascending (before budget_)
+  std::vector<std::pair<index_t, std::uint64_t>> tensor_bytes_;  // tensor_bytes(), by rank (before budget_)
   page_budget budget_;
   mutable std::mutex mutex_;  // read_by_source_
   std::map<index_t, std::uint64_t> read_by_source_;
@@ -341,6 +359,7 @@ class plan_executor {
     std::size_t rounds = 0;
     for (std::size_t g = 0; g < group.size(); ++g) rounds = std::max(rounds, plan_.targets.at(group[g]).items.size());
     std::vector<std::size_t> sliced;  // the members whose item of this round is sliced
+    std::vector<std::pair<index_t, std::uint64_t>> taken;  // tensor bytes from each source, counted at the end
     for (std::size_t k = 0; k < rounds; ++k) {
       sliced.clear();
       for (std::size_t g = 0; g < group.size(); ++g) {
@@ -353,14 +372,14 @@ class plan_executor {
         while (m[g].files <= it.file) outs[g]->open_file(m[g].files++);
         m[g].it = &it;
         if (it.raw) {
-          copy_raw(*outs[g], it, m[g].slots[0].buffer, s[g]);
+          copy_raw(*outs[g], it, m[g].slots[0].buffer, s[g], taken);
           ++s[g].copied;
         } else {
           sliced.push_back(g);
           ++s[g].sliced;
         }
       }
-      if (!sliced.empty()) assemble(m, outs, sliced, r, s);
+      if (!sliced.empty()) assemble(m, outs, sliced, r, s, taken);
       for (std::size_t g = 0; g < group.size(); ++g) {
         const plan_target& t = plan_.targets[group[g]];
         if (k >= t.items.size()) continue;
@@ -368,6 +387,7 @@ class plan_executor {
         report(t.rank, t.items[k].name, t.items[k].bytes, false);
       }
     }
+    files_.counted(taken);
     for (std::size_t g = 0; g < group.size(); ++g) {
       if (m[g].files == 0) outs[g]->open_file(0);
       outs[g]->finish();
@@ -447,9 +467,7 @@ class plan_executor {
       const checkpoint_reader& rd = source(uses[i].rank);
       const std::uint64_t size = rd.format() == checkpoint_format::hf ? 0 : rd.file_size();
       if (size > 0 && size <= most && total + size <= exec_.buffer_bytes) {
-        std::uint64_t tensors = 0;
-        for (const tensor_ref& t : rd.entries()) tensors += t.content_size();
-        if (need >= tensors) {
+        if (need >= files_.tensor_bytes(uses[i].rank)) {
           w.files.push_back({uses[i].rank, static_cast<std::size_t>(total), size});
           s[uses[first].member].file_bytes_read += size;
           total += size;
@@ -463,6 +481,7 @@ class plan_executor {
   }
 
   void report(index_t rank, std::string_view name, std::uint64_t bytes, bool file_done) {
+    if (!progress_) return;  // no lock per item for nobody to see
     const std::lock_guard<std::mutex> lock(progress_mutex_);
     bytes_done_ += bytes;
     if (file_done) ++files_done_;
@@ -471,7 +490,8 @@ class plan_executor {
 
   // A raw item: the stored content as it is (a ckpt entry's serialized Values when the sink
   // takes them and nothing is cast), or cast in steps of whole elements.
-  void copy_raw(tensor_sink& out, const plan_item& it, std::vector<std::byte>& buffer, transform_summary& s) {
+  void copy_raw(tensor_sink& out, const plan_item& it, std::vector<std::byte>& buffer, transform_summary& s,
+                std::vector<std::pair<index_t, std::uint64_t>>& taken) {
     const tensor_ref& e = files_.raw_tensor(it);
     const dtype to = it.to;
     if (to != e.type) {  // cast: in steps of whole elements, from the mapping into the buffer
@@ -501,7 +521,7 @@ class plan_executor {
     }
     s.bytes_read += e.content_size();
     s.file_bytes_read += e.content_size();
-    files_.counted(it.source_rank, e.content_size());
+    taken.emplace_back(it.source_rank, e.content_size());
     for (auto p : e.pieces) files_.touched(it.source_rank, p);
   }
 
@@ -538,7 +558,7 @@ class plan_executor {
   // reads waited for the slowest write. The group then holds two chunks per member (no memory
   // budget has read groups). Each sink still sees its calls in order, one at a time.
   void assemble(std::span<member> m, std::span<tensor_sink* const> outs, std::span<const std::size_t> who,
-                detail::chunk_round& r, std::span<transform_summary> s) {
+                detail::chunk_round& r, std::span<transform_summary> s, std::vector<std::pair<index_t, std::uint64_t>>& taken) {
     const bool overlap = overlap_ && r.threads > 1 && m.size() > 1;
     std::size_t rounds = 0;
     for (std::size_t g : who) {
@@ -580,7 +600,7 @@ class plan_executor {
     for (std::size_t g : who) {
       member& x = m[g];
       outs[g]->end();
-      for (std::size_t k = 0; k < x.it->transfers.size(); ++k) files_.counted(x.it->transfers[k].rank, x.from[k]);
+      for (std::size_t k = 0; k < x.it->transfers.size(); ++k) taken.emplace_back(x.it->transfers[k].rank, x.from[k]);
       for (chunk_slot& z : x.slots) {
         if (z.buffer.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(z.buffer);
         if (z.staged.capacity() > exec_.buffer_bytes) std::vector<std::byte>().swap(z.staged);

@@ -117,6 +117,16 @@ class staged_outputs {
     sync_files(parts, fsync_threads, op_);
   }
 
+  /// Every file staged and prepared so far is on a filesystem in memory (tmpfs, ramfs:
+  /// in_memory()), where fsync and write-back do nothing: their writers need not start
+  /// write-back (durability::none; sync() and commit() skip them anyway). False before prepare()
+  /// made their directories, and with no file.
+  bool in_memory_only() {
+    for (std::size_t i = 0; i < prepared_; ++i)
+      if (!in_memory(files_[i].final.parent_path())) return false;
+    return prepared_ > 0;
+  }
+
   /// Renames every staged file into place, in order; returns the final paths. On a failure, the
   /// files renamed so far are removed (new files only) and the staged ones stay for discard().
   /// With force, a Hugging Face checkpoint there is replaced (see the top of this file): the
