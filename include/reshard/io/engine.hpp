@@ -37,6 +37,7 @@
 #include <reshard/parallel.hpp>
 #include <reshard/partition.hpp>
 #include <reshard/plan.hpp>
+#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/cast.hpp>
 #include <reshard/io/checkpoint.hpp>
 #include <reshard/io/checkpoint_plan.hpp>
@@ -47,7 +48,6 @@
 #include <reshard/io/dtype_rules.hpp>
 #include <reshard/io/execute.hpp>
 #include <reshard/io/hf.hpp>
-#include <reshard/io/atomic_file.hpp>
 #include <reshard/io/mapped_file.hpp>
 #include <reshard/io/memory_fit.hpp>
 #include <reshard/io/name_rules.hpp>
